@@ -1,0 +1,89 @@
+import numpy as np
+import pytest
+
+from vkgraph.errors import OutOfDeviceMemoryError
+from vkgraph.runtime import Buffer, CommandPool, Fence, MemoryKind, live_objects
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.uint16, np.float64])
+@pytest.mark.parametrize("count", [1, 3, 4097])
+def test_mapped_round_trip(device, dtype, count):
+    rng = np.random.default_rng(count)
+    data = (rng.standard_normal(count) * 100).astype(dtype)
+    with Buffer(device, data.nbytes, MemoryKind.UPLOAD) as buf:
+        buf.write(data)
+        np.testing.assert_array_equal(buf.read(dtype), data)
+        view = buf.view(dtype)
+        view[0] = data[-1]
+        assert buf.read(dtype)[0] == data[-1]
+
+
+def test_copy_round_trip_through_device_memory(device):
+    """upload -> device-local -> readback with copy commands: the discrete-GPU path."""
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, size=1_000_001, dtype=np.uint8)
+    with (
+        Buffer(device, data.nbytes, MemoryKind.UPLOAD) as up,
+        Buffer(device, data.nbytes, MemoryKind.DEVICE) as mid,
+        Buffer(device, data.nbytes + 16, MemoryKind.READBACK) as down,
+        CommandPool(device) as pool,
+        Fence(device) as fence,
+    ):
+        up.write(data)
+        (cmd,) = pool.allocate()
+        cmd.begin()
+        cmd.copy_buffer(up, mid)
+        cmd.compute_barrier()
+        cmd.fill_buffer(down, 0xDEADBEEF, 16)
+        cmd.compute_barrier()
+        cmd.copy_buffer(mid, down, dst_offset=16)
+        cmd.host_read_barrier()
+        cmd.end()
+        device.submit([cmd], fence)
+        fence.wait()
+        out = down.read()
+        np.testing.assert_array_equal(out[16:], data)
+        assert out[:16].view(np.uint32).tolist() == [0xDEADBEEF] * 4
+
+
+def test_device_buffer_accounting(device):
+    before = device.allocated_nbytes
+    with Buffer(device, 1 << 20) as b:
+        assert device.allocated_nbytes == before + b.alloc_nbytes
+        assert device.peak_allocated_nbytes >= device.allocated_nbytes
+    assert device.allocated_nbytes == before
+
+
+def test_zero_size_is_rejected(device):
+    with pytest.raises(ValueError, match="'w'.*size must be positive"):
+        Buffer(device, 0, name="w")
+
+
+def test_view_out_of_range(device):
+    with Buffer(device, 64, MemoryKind.UPLOAD) as b:
+        with pytest.raises(ValueError, match="outside"):
+            b.view(np.float32, 17)
+        with pytest.raises(ValueError, match="outside"):
+            b.write(np.zeros(65, np.uint8))
+
+
+def test_destroyed_buffer_cannot_be_read(device):
+    b = Buffer(device, 64, MemoryKind.UPLOAD)
+    b.destroy()
+    b.destroy()
+    with pytest.raises(ValueError, match="destroyed"):
+        b.read()
+
+
+@pytest.mark.parametrize("nbytes", [1 << 40, "heap+1"])
+def test_out_of_device_memory_names_the_buffer_and_leaks_nothing(device, nbytes):
+    if nbytes == "heap+1":
+        nbytes = max(h.size for h in device.physical.memory_heaps) + 1
+    before, allocated = live_objects(), device.allocated_nbytes
+    with pytest.raises(OutOfDeviceMemoryError) as err:
+        Buffer(device, nbytes, name="huge.weight")
+    assert isinstance(err.value, MemoryError)
+    assert "huge.weight" in str(err.value) and str(nbytes) in str(err.value)
+    assert err.value.call in ("vkCreateBuffer", "vkAllocateMemory")
+    assert err.value.result == "VK_ERROR_OUT_OF_DEVICE_MEMORY"
+    assert live_objects() == before and device.allocated_nbytes == allocated

@@ -1,0 +1,80 @@
+from types import SimpleNamespace
+
+import pytest
+
+from vkgraph.errors import DeviceNotFoundError
+from vkgraph.runtime.device import is_icd_path, select_physical_device
+from vkgraph.runtime.instance import MemoryHeap, MemoryType, PhysicalDevice
+from vkgraph.runtime.memory import MemoryKind, select_memory_type
+
+DL, HV, HC, HCACHED = 0x1, 0x2, 0x4, 0x8
+
+
+def fake_physical(types, heaps):
+    p = SimpleNamespace(
+        memory_types=[MemoryType(i, f, h) for i, (f, h) in enumerate(types)],
+        memory_heaps=[MemoryHeap(i, size, local) for i, (size, local) in enumerate(heaps)],
+    )
+    p.host_visible_memory_type = PhysicalDevice._host_visible_device_local_type(p)
+    p.host_visible_device_local = p.host_visible_memory_type is not None
+    return p
+
+
+# A discrete GPU: VRAM, system RAM, and a 256 MiB BAR window (DEVICE_LOCAL|HOST_VISIBLE).
+DISCRETE = fake_physical(
+    [(DL, 0), (HV | HC, 1), (HV | HC | HCACHED, 1), (DL | HV | HC, 2)],
+    [(16 << 30, True), (32 << 30, False), (256 << 20, True)],
+)
+# lavapipe / mobile: one heap, everything host-visible.
+UMA = fake_physical([(DL | HV | HC | HCACHED, 0)], [(2 << 30, True)])
+ALL = 0xFFFFFFFF
+
+
+def test_discrete_gpu_choices():
+    assert not DISCRETE.host_visible_device_local  # the BAR window does not count
+    assert select_memory_type(DISCRETE, ALL, MemoryKind.DEVICE).index == 0
+    assert select_memory_type(DISCRETE, ALL, MemoryKind.UPLOAD).index == 1
+    assert select_memory_type(DISCRETE, ALL, MemoryKind.READBACK).index == 2
+    # Respect memoryTypeBits.
+    assert select_memory_type(DISCRETE, 0b1000, MemoryKind.DEVICE).index == 3
+    assert select_memory_type(DISCRETE, 0b1000, MemoryKind.UPLOAD).index == 3
+
+
+def test_uma_choices():
+    assert UMA.host_visible_device_local
+    for kind in MemoryKind:
+        assert select_memory_type(UMA, ALL, kind).index == 0
+
+
+def test_resizable_bar_makes_device_local_host_visible():
+    rebar = fake_physical([(DL, 0), (HV | HC, 1), (DL | HV | HC, 0)], [(16 << 30, True), (32 << 30, False)])
+    assert rebar.host_visible_device_local
+    assert select_memory_type(rebar, ALL, MemoryKind.DEVICE).index == 2
+
+
+def test_no_host_visible_memory_for_staging():
+    from vkgraph.errors import OutOfDeviceMemoryError
+
+    with pytest.raises(OutOfDeviceMemoryError, match="no host-visible coherent memory type for a upload buffer"):
+        select_memory_type(DISCRETE, 0b0001, MemoryKind.UPLOAD)
+
+
+def _devs(*names):
+    return [SimpleNamespace(name=n) for n in names]
+
+
+def test_select_physical_device():
+    devs = _devs("NVIDIA GeForce RTX 4090", "llvmpipe (LLVM 15.0.6, 256 bits)")
+    assert select_physical_device(devs, None) is devs[0]
+    assert select_physical_device(devs, "LLVMPIPE") is devs[1]
+    assert select_physical_device(devs, "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json") is devs[0]
+    with pytest.raises(DeviceNotFoundError, match="'swiftshader'.*'NVIDIA GeForce RTX 4090', 'llvmpipe"):
+        select_physical_device(devs, "swiftshader")
+    with pytest.raises(DeviceNotFoundError, match="no Vulkan device found"):
+        select_physical_device([], None)
+
+
+def test_is_icd_path():
+    assert is_icd_path("lvp_icd.x86_64.json")
+    assert is_icd_path("/opt/icd/vk_swiftshader_icd.json")
+    assert not is_icd_path("llvmpipe")

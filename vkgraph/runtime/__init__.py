@@ -1,0 +1,44 @@
+"""Layer 1: thin, owned wrappers over Vulkan objects. Only this package imports the binding."""
+
+from .command import Access, CommandBuffer, CommandBufferState, CommandPool, Stage
+from .descriptor import DescriptorPool, DescriptorSet, DescriptorSetLayout, DescriptorType
+from .device import Device, select_physical_device
+from .handle import VkObject, collected_objects, live_objects
+from .instance import DebugMessage, Instance, PhysicalDevice, debug_messages
+from .memory import Buffer, BufferUsage, MemoryKind, select_memory_type
+from .pipeline import ComputePipeline, PipelineCache, PipelineLayout, ShaderModule
+from .query import TimestampQueryPool
+from .sync import DEFAULT_TIMEOUT_S, Fence, Semaphore
+
+__all__ = [
+    "Access",
+    "Buffer",
+    "BufferUsage",
+    "CommandBuffer",
+    "CommandBufferState",
+    "CommandPool",
+    "ComputePipeline",
+    "DEFAULT_TIMEOUT_S",
+    "DebugMessage",
+    "DescriptorPool",
+    "DescriptorSet",
+    "DescriptorSetLayout",
+    "DescriptorType",
+    "Device",
+    "Fence",
+    "Instance",
+    "MemoryKind",
+    "PhysicalDevice",
+    "PipelineCache",
+    "PipelineLayout",
+    "Semaphore",
+    "ShaderModule",
+    "Stage",
+    "TimestampQueryPool",
+    "VkObject",
+    "debug_messages",
+    "collected_objects",
+    "live_objects",
+    "select_memory_type",
+    "select_physical_device",
+]

@@ -1,0 +1,84 @@
+"""The one place that imports the ``vulkan`` binding, and the wrapper every call goes through.
+
+The binding raises bare exception *classes* with no message for every non-``VK_SUCCESS``
+result (status codes such as ``VK_TIMEOUT`` and ``VK_NOT_READY`` included). :func:`call` turns
+them into the vkgraph error tree, naming the Vulkan call and the ``VkResult``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from ..errors import (
+    DeviceLostError,
+    DeviceNotFoundError,
+    FenceTimeoutError,
+    OutOfDeviceMemoryError,
+    OutOfHostMemoryError,
+    UnsupportedFeatureError,
+    VulkanError,
+)
+
+
+class _MissingLoader:
+    """Stands in for the binding when ``libvulkan.so.1`` cannot be loaded, so that importing
+    vkgraph still works (config, scheduler, readers) and only Vulkan use fails, clearly."""
+
+    def __init__(self, reason: str):
+        self._reason = reason
+
+    def __getattr__(self, name: str) -> Any:
+        raise DeviceNotFoundError(
+            f"the Vulkan loader cannot be loaded ({self._reason}); "
+            "install the system package libvulkan1 (and an ICD such as mesa-vulkan-drivers)"
+        )
+
+
+try:
+    import vulkan as vk
+    from vulkan import ffi, lib
+
+    _BINDING_ERRORS: tuple[type[BaseException], ...] = (vk.VkError, vk.VkException)
+    _PROC_ERRORS: tuple[type[BaseException], ...] = (
+        vk.ProcedureNotFoundError,
+        vk.ExtensionNotSupportedError,
+    )
+except OSError as exc:  # the binding dlopen()s libvulkan.so.1 at import time
+    vk = ffi = lib = _MissingLoader(str(exc))  # type: ignore[assignment]
+    _BINDING_ERRORS = _PROC_ERRORS = ()
+
+_ERROR_CLASS = {
+    "VK_ERROR_OUT_OF_DEVICE_MEMORY": OutOfDeviceMemoryError,
+    "VK_ERROR_OUT_OF_HOST_MEMORY": OutOfHostMemoryError,
+    "VK_ERROR_DEVICE_LOST": DeviceLostError,
+    "VK_TIMEOUT": FenceTimeoutError,
+    "VK_ERROR_LAYER_NOT_PRESENT": UnsupportedFeatureError,
+    "VK_ERROR_EXTENSION_NOT_PRESENT": UnsupportedFeatureError,
+    "VK_ERROR_FEATURE_NOT_PRESENT": UnsupportedFeatureError,
+    "VK_ERROR_INCOMPATIBLE_DRIVER": UnsupportedFeatureError,
+    "VK_ERROR_FORMAT_NOT_SUPPORTED": UnsupportedFeatureError,
+}
+
+
+def result_name(exc_class: type) -> str:
+    """``VkErrorOutOfDeviceMemory`` -> ``VK_ERROR_OUT_OF_DEVICE_MEMORY``."""
+    words = re.findall(r"[A-Z][a-z0-9]*", exc_class.__name__)
+    return "_".join(w.upper() for w in words)
+
+
+def error_for(call_name: str, exc: BaseException, detail: str = "") -> VulkanError:
+    """The vkgraph error for a binding exception raised by ``call_name``."""
+    if _PROC_ERRORS and isinstance(exc, _PROC_ERRORS):
+        return UnsupportedFeatureError(call_name, "procedure not found", detail)
+    name = result_name(type(exc))
+    return _ERROR_CLASS.get(name, VulkanError)(call_name, name, detail)
+
+
+def call(fn: Callable[..., Any], *args: Any, detail: str = "") -> Any:
+    """Call a binding function; raise a :class:`VulkanError` subclass naming it on failure."""
+    try:
+        return fn(*args)
+    except _BINDING_ERRORS + _PROC_ERRORS as exc:
+        raise error_for(getattr(fn, "__name__", repr(fn)), exc, detail) from None
+

@@ -1,0 +1,116 @@
+"""Descriptor set layouts, descriptor pools and descriptor sets for compute shaders."""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from typing import Mapping, Sequence
+
+from ._vk import call, vk
+from .device import Device
+from .handle import VkObject
+from .memory import Buffer
+
+
+class DescriptorType(enum.IntEnum):
+    """VkDescriptorType values vkgraph binds (spec values)."""
+
+    COMBINED_IMAGE_SAMPLER = 1
+    STORAGE_IMAGE = 3
+    UNIFORM_BUFFER = 6
+    STORAGE_BUFFER = 7
+
+
+class DescriptorSetLayout(VkObject):
+    """Binding ``i`` has type ``bindings[i]``, visible to the compute stage."""
+
+    def __init__(self, device: Device, bindings: Sequence[DescriptorType]):
+        self.device = device
+        self.bindings = tuple(DescriptorType(b) for b in bindings)
+        entries = [
+            vk.VkDescriptorSetLayoutBinding(
+                binding=i, descriptorType=int(t), descriptorCount=1, stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT
+            )
+            for i, t in enumerate(self.bindings)
+        ]
+        info = vk.VkDescriptorSetLayoutCreateInfo(pBindings=entries or None, bindingCount=len(entries))
+        dev = device.handle
+        self.handle = handle = call(vk.vkCreateDescriptorSetLayout, dev, info, None)
+        self._own(device, lambda: vk.vkDestroyDescriptorSetLayout(dev, handle, None))
+
+
+class DescriptorPool(VkObject):
+    """A VkDescriptorPool. Sets are freed all at once by ``reset()`` or ``destroy()``."""
+
+    def __init__(self, device: Device, max_sets: int, descriptor_counts: Mapping[DescriptorType, int]):
+        if max_sets <= 0:
+            raise ValueError(f"a descriptor pool needs max_sets > 0, got {max_sets}")
+        self.device = device
+        self.max_sets = max_sets
+        sizes = [
+            vk.VkDescriptorPoolSize(type=int(t), descriptorCount=n) for t, n in descriptor_counts.items() if n > 0
+        ]
+        info = vk.VkDescriptorPoolCreateInfo(maxSets=max_sets, pPoolSizes=sizes or None, poolSizeCount=len(sizes))
+        dev = device.handle
+        self.handle = handle = call(vk.vkCreateDescriptorPool, dev, info, None)
+        self._own(device, lambda: vk.vkDestroyDescriptorPool(dev, handle, None))
+
+    @classmethod
+    def for_layouts(cls, device: Device, layouts: Sequence[DescriptorSetLayout]) -> DescriptorPool:
+        """A pool exactly big enough for one set of each of ``layouts``."""
+        counts = Counter(t for layout in layouts for t in layout.bindings)
+        return cls(device, max(1, len(layouts)), counts)
+
+    def allocate(self, layout: DescriptorSetLayout) -> DescriptorSet:
+        info = vk.VkDescriptorSetAllocateInfo(
+            descriptorPool=self.handle, descriptorSetCount=1, pSetLayouts=[layout.handle]
+        )
+        handles = call(vk.vkAllocateDescriptorSets, self.device.handle, info, detail=f"pool of {self.max_sets} sets")
+        return DescriptorSet(self, layout, handles[0])
+
+    def reset(self) -> None:
+        """Free every set allocated from this pool (none may be in use by pending work)."""
+        call(vk.vkResetDescriptorPool, self.device.handle, self.handle, 0)
+
+
+class DescriptorSet:
+    """A descriptor set; owned by its pool (not a separate Vulkan object to destroy)."""
+
+    def __init__(self, pool: DescriptorPool, layout: DescriptorSetLayout, handle):
+        self.pool = pool
+        self.layout = layout
+        self.handle = handle
+
+    def bind_buffers(self, buffers: Mapping[int, Buffer | tuple[Buffer, int, int]]) -> None:
+        """Point bindings at buffers: ``{binding: buffer}`` or ``{binding: (buffer, offset, nbytes)}``.
+
+        Ranges are explicit (the binding cannot pass VK_WHOLE_SIZE) and checked against
+        ``maxStorageBufferRange`` / ``maxUniformBufferRange``.
+        """
+        limits = self.pool.device.limits
+        infos = []
+        for binding, spec in buffers.items():
+            buf, offset, nbytes = spec if isinstance(spec, tuple) else (spec, 0, spec.nbytes)
+            if binding >= len(self.layout.bindings):
+                raise ValueError(f"binding {binding} is not in the layout ({len(self.layout.bindings)} bindings)")
+            dtype = self.layout.bindings[binding]
+            if dtype not in (DescriptorType.STORAGE_BUFFER, DescriptorType.UNIFORM_BUFFER):
+                raise ValueError(f"binding {binding} is a {dtype.name}, not a buffer")
+            most = limits["maxStorageBufferRange" if dtype is DescriptorType.STORAGE_BUFFER else "maxUniformBufferRange"]
+            if nbytes > most:
+                raise ValueError(
+                    f"binding {binding}: {buf!r} range of {nbytes} bytes exceeds the device's {most}-byte "
+                    f"limit for a {dtype.name.lower()}; split the tensor or use texture storage"
+                )
+            if offset < 0 or nbytes <= 0 or offset + nbytes > buf.nbytes:
+                raise ValueError(f"binding {binding}: range [{offset}, {offset + nbytes}) is outside {buf!r}")
+            infos.append((binding, int(dtype), vk.VkDescriptorBufferInfo(buffer=buf.handle, offset=offset, range=nbytes)))
+        # Keep each VkDescriptorBufferInfo referenced (in `infos`) until the update returns.
+        writes = [
+            vk.VkWriteDescriptorSet(
+                dstSet=self.handle, dstBinding=binding, descriptorCount=1, descriptorType=dtype, pBufferInfo=[info]
+            )
+            for binding, dtype, info in infos
+        ]
+        if writes:
+            vk.vkUpdateDescriptorSets(self.pool.device.handle, len(writes), writes, 0, None)

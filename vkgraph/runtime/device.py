@@ -1,0 +1,223 @@
+"""The logical device: physical-device selection, one compute queue, submission, teardown."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..errors import DeviceNotFoundError, UnsupportedFeatureError
+from ._vk import call, vk
+from .handle import VkObject
+from .instance import (
+    EXT_EXTERNAL_MEMORY_HOST,
+    EXT_TIMELINE_SEMAPHORE,
+    VK_API_1_1,
+    VK_API_1_2,
+    Instance,
+    PhysicalDevice,
+    _new_struct,
+    version_str,
+)
+
+if TYPE_CHECKING:
+    from .command import CommandBuffer
+    from .sync import Fence, Semaphore
+
+ENV_DEVICE = "VKGRAPH_DEVICE"
+ENV_VALIDATION = "VKGRAPH_VALIDATION"
+
+
+def is_icd_path(prefer: str) -> bool:
+    """``device.prefer`` names an ICD json file rather than a device-name substring."""
+    return prefer.endswith(".json") or os.sep in prefer
+
+
+def select_physical_device(devices: Sequence[PhysicalDevice], prefer: str | None) -> PhysicalDevice:
+    """The first device whose name contains ``prefer`` (case-insensitive), or the first device."""
+    if not devices:
+        raise DeviceNotFoundError("no Vulkan device found (is an ICD such as mesa-vulkan-drivers installed?)")
+    if not prefer or is_icd_path(prefer):
+        return devices[0]
+    for d in devices:
+        if prefer.lower() in d.name.lower():
+            return d
+    names = ", ".join(repr(d.name) for d in devices)
+    raise DeviceNotFoundError(f"no Vulkan device matches {prefer!r}; available: {names}")
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class Device(VkObject):
+    """A logical device with one compute queue; owns its instance and every object made on it.
+
+    ``prefer`` is a substring of the device name or the path of an ICD json file
+    (``device.prefer``; default: ``$VKGRAPH_DEVICE``, then the first device). ``validation``
+    enables the Khronos validation layer (default: ``$VKGRAPH_VALIDATION``).
+
+    ``destroy()`` waits for the device to go idle, destroys every child still alive (newest
+    first), then the device and the instance.
+    """
+
+    def __init__(self, prefer: str | None = None, *, validation: bool | None = None):
+        prefer = prefer if prefer is not None else (os.environ.get(ENV_DEVICE) or None)
+        validation = _env_flag(ENV_VALIDATION) if validation is None else validation
+        icd = prefer if prefer and is_icd_path(prefer) else None
+        self.instance = Instance(validation, icd=icd)
+        try:
+            self._create(select_physical_device(self.instance.physical_devices(), prefer))
+        except BaseException:
+            self.instance.destroy()
+            raise
+
+    def _create(self, physical: PhysicalDevice) -> None:
+        if physical.api_version < VK_API_1_1:
+            raise UnsupportedFeatureError(
+                "vkCreateDevice", "VK_ERROR_INCOMPATIBLE_DRIVER",
+                f"{physical.name} supports Vulkan {version_str(physical.api_version)}; vkgraph needs 1.1",
+            )
+        if physical.compute_queue_family is None:
+            raise UnsupportedFeatureError("vkCreateDevice", "VK_ERROR_FEATURE_NOT_PRESENT",
+                                          f"{physical.name} has no compute queue")
+        self.physical = physical
+        self.queue_family_index = physical.compute_queue_family
+
+        extensions: list[str] = []
+        self.has_external_memory_host = EXT_EXTERNAL_MEMORY_HOST in physical.extensions
+        if self.has_external_memory_host:
+            extensions.append(EXT_EXTERNAL_MEMORY_HOST)
+        self.has_timeline_semaphore = physical.supports_timeline_semaphore
+        timeline = None
+        if self.has_timeline_semaphore:
+            if physical.api_version < VK_API_1_2:
+                extensions.append(EXT_TIMELINE_SEMAPHORE)
+            timeline = _new_struct(
+                "VkPhysicalDeviceTimelineSemaphoreFeatures",
+                vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES,
+            )
+            timeline.timelineSemaphore = 1
+        if "VK_KHR_portability_subset" in physical.extensions:
+            extensions.append("VK_KHR_portability_subset")  # required when present (VUID-VkDeviceCreateInfo-pProperties-04451)
+
+        queue_info = vk.VkDeviceQueueCreateInfo(
+            queueFamilyIndex=self.queue_family_index, queueCount=1, pQueuePriorities=[1.0]
+        )
+        create_info = vk.VkDeviceCreateInfo(
+            pNext=timeline,
+            pQueueCreateInfos=[queue_info],
+            ppEnabledExtensionNames=extensions,
+        )
+        handle = call(vk.vkCreateDevice, physical.handle, create_info, None)
+        self.handle = handle
+        self.extensions = tuple(extensions)
+        self.queue = call(vk.vkGetDeviceQueue, handle, self.queue_family_index, 0)
+        self.allocated_nbytes = 0
+        self.peak_allocated_nbytes = 0
+        self._unfenced_pending: list[CommandBuffer] = []
+        self._ext_fns: dict[str, Any] = {}
+
+        def release(handle=handle) -> None:
+            vk.vkDestroyDevice(handle, None)
+
+        # The instance is not a child: it is destroyed after the device, in destroy().
+        self._own(None, release)
+
+    # --- facts -----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.physical.name
+
+    @property
+    def limits(self) -> dict[str, Any]:
+        return self.physical.limits
+
+    @property
+    def host_visible_device_local(self) -> bool:
+        return self.physical.host_visible_device_local
+
+    @property
+    def validation(self) -> bool:
+        return self.instance.validation
+
+    def extension_function(self, name: str) -> Any:
+        """A device-level extension function (``vkGetDeviceProcAddr``), looked up once."""
+        fn = self._ext_fns.get(name)
+        if fn is None:
+            fn = self._ext_fns[name] = call(vk.vkGetDeviceProcAddr, self.handle, name)
+        return fn
+
+    # --- work ------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        command_buffers: Sequence[CommandBuffer],
+        fence: Fence | None = None,
+        *,
+        wait: Sequence[tuple[Semaphore, int]] = (),
+        signal: Sequence[tuple[Semaphore, int]] = (),
+    ) -> None:
+        """Submit executable command buffers to the compute queue.
+
+        ``wait``/``signal`` are ``(semaphore, value)`` pairs; the value is used by timeline
+        semaphores and ignored for binary ones. Waits happen before compute shaders and copies.
+        """
+        for cb in command_buffers:
+            cb._check_submittable()
+        handles = [cb.handle for cb in command_buffers]
+        wait_sems = [s.handle for s, _ in wait]
+        signal_sems = [s.handle for s, _ in signal]
+        timeline_info = None
+        if any(s.timeline for s, _ in (*wait, *signal)):
+            timeline_info = vk.VkTimelineSemaphoreSubmitInfo(
+                waitSemaphoreValueCount=len(wait),
+                pWaitSemaphoreValues=[v for _, v in wait] or None,
+                signalSemaphoreValueCount=len(signal),
+                pSignalSemaphoreValues=[v for _, v in signal] or None,
+            )
+        stage = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+        submit_info = vk.VkSubmitInfo(
+            pNext=timeline_info,
+            waitSemaphoreCount=len(wait_sems),
+            pWaitSemaphores=wait_sems or None,
+            pWaitDstStageMask=[stage] * len(wait_sems) or None,
+            commandBufferCount=len(handles),
+            pCommandBuffers=handles or None,
+            signalSemaphoreCount=len(signal_sems),
+            pSignalSemaphores=signal_sems or None,
+        )
+        call(vk.vkQueueSubmit, self.queue, 1, [submit_info], fence.handle if fence else None)
+        for cb in command_buffers:
+            cb._submitted(fence)
+        if fence is None:
+            self._unfenced_pending.extend(command_buffers)
+
+    def wait_idle(self) -> None:
+        """Wait until the device has finished all submitted work."""
+        call(vk.vkDeviceWaitIdle, self.handle)
+        for cb in self._unfenced_pending:
+            cb._completed()
+        self._unfenced_pending.clear()
+
+    # --- memory accounting -------------------------------------------------------------------
+
+    def _account(self, nbytes: int) -> None:
+        self.allocated_nbytes += nbytes
+        self.peak_allocated_nbytes = max(self.peak_allocated_nbytes, self.allocated_nbytes)
+
+    # --- teardown ----------------------------------------------------------------------------
+
+    def destroy(self) -> None:
+        """Wait for idle, destroy every live child (newest first), the device, the instance."""
+        if self.alive:
+            try:
+                call(vk.vkDeviceWaitIdle, self.handle)
+            finally:
+                super().destroy()
+        self.instance.destroy()
+
+    def __repr__(self) -> str:
+        state = "" if self.alive else " destroyed"
+        return f"<Device {self.name!r}{state}>"
+

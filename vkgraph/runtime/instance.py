@@ -1,0 +1,432 @@
+"""VkInstance, the debug messenger that records every message, and physical-device facts."""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import DeviceNotFoundError, UnsupportedFeatureError, VulkanError
+from ._vk import call, ffi, lib, vk
+from .handle import VkObject
+
+log = logging.getLogger("vkgraph.vulkan")
+
+VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
+EXT_DEBUG_UTILS = "VK_EXT_debug_utils"
+EXT_EXTERNAL_MEMORY_HOST = "VK_EXT_external_memory_host"
+EXT_TIMELINE_SEMAPHORE = "VK_KHR_timeline_semaphore"
+
+#: Device extensions worth knowing about for this runtime (shown by ``vkgraph info``).
+RELEVANT_EXTENSIONS = (
+    EXT_EXTERNAL_MEMORY_HOST,
+    EXT_TIMELINE_SEMAPHORE,
+    "VK_KHR_8bit_storage",
+    "VK_KHR_16bit_storage",
+    "VK_KHR_shader_float16_int8",
+    "VK_KHR_shader_integer_dot_product",
+    "VK_KHR_maintenance4",
+    "VK_EXT_memory_budget",
+    "VK_KHR_portability_subset",
+)
+
+
+def make_version(major: int, minor: int, patch: int = 0) -> int:
+    return (major << 22) | (minor << 12) | patch
+
+
+def version_str(v: int) -> str:
+    return f"{(v >> 22) & 0x7F}.{(v >> 12) & 0x3FF}.{v & 0xFFF}"
+
+
+VK_API_1_1 = make_version(1, 1)
+VK_API_1_2 = make_version(1, 2)
+VK_API_1_3 = make_version(1, 3)
+
+
+# --- debug messages --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DebugMessage:
+    """One message from the validation layer or the loader."""
+
+    severity: str  # "error" | "warning" | "info" | "verbose"
+    types: tuple[str, ...]  # of "general", "validation", "performance"
+    id_name: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"[{self.severity}] {self.id_name}: {self.text}"
+
+
+# VkDebugUtilsMessageSeverityFlagBitsEXT / VkDebugUtilsMessageTypeFlagBitsEXT (spec values).
+_SEVERITIES = {0x1000: "error", 0x100: "warning", 0x10: "info", 0x1: "verbose"}
+_MESSAGE_TYPES = ((0x1, "general"), (0x2, "validation"), (0x4, "performance"))
+_SEVERITY_BITS = {name: bit for bit, name in _SEVERITIES.items()}
+
+_messages: list[DebugMessage] = []
+
+
+def debug_messages() -> list[DebugMessage]:
+    """Every message recorded so far in this process, from every instance (a live list)."""
+    return _messages
+
+
+def _debug_callback(severity: int, types: int, data: Any, _user: Any) -> int:
+    # Runs inside a Vulkan call; it must not raise. The binding keeps one Python callback per
+    # process for PFN_vkDebugUtilsMessengerCallbackEXT, so every instance shares this one.
+    try:
+        text = ffi.string(data.pMessage).decode("utf-8", "replace") if data.pMessage else ""
+        id_name = ffi.string(data.pMessageIdName).decode("utf-8", "replace") if data.pMessageIdName else ""
+        kinds = tuple(name for bit, name in _MESSAGE_TYPES if types & bit)
+        msg = DebugMessage(_SEVERITIES.get(severity, "verbose"), kinds, id_name, text)
+        _messages.append(msg)
+        level = {"error": logging.ERROR, "warning": logging.WARNING}.get(msg.severity, logging.DEBUG)
+        log.log(level, "%s", msg)
+    except Exception:  # pragma: no cover - never let an exception cross the C boundary
+        log.exception("vkgraph debug callback failed")
+    return 0  # VK_FALSE: do not abort the call
+
+
+def _severity_mask(min_severity: str) -> int:
+    order = ["verbose", "info", "warning", "error"]
+    if min_severity not in order:
+        raise ValueError(f"debug severity must be one of {order}, not {min_severity!r}")
+    return sum(_SEVERITY_BITS[s] for s in order[order.index(min_severity):])
+
+
+# --- instance --------------------------------------------------------------------------------
+
+
+def instance_layers() -> set[str]:
+    return {p.layerName for p in call(vk.vkEnumerateInstanceLayerProperties)}
+
+
+def instance_extensions() -> set[str]:
+    return {p.extensionName for p in call(vk.vkEnumerateInstanceExtensionProperties, None)}
+
+
+@contextmanager
+def _only_icd(icd_json: str | None) -> Iterator[None]:
+    """Make the loader see one ICD while an instance is created (VK_DRIVER_FILES; the older
+    VK_ICD_FILENAMES for loaders before 1.3.207)."""
+    if icd_json is None:
+        yield
+        return
+    path = Path(icd_json)
+    if not path.is_file():
+        raise DeviceNotFoundError(f"ICD file {icd_json} does not exist")
+    saved = {k: os.environ.get(k) for k in ("VK_DRIVER_FILES", "VK_ICD_FILENAMES")}
+    os.environ["VK_DRIVER_FILES"] = os.environ["VK_ICD_FILENAMES"] = str(path.resolve())
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Instance(VkObject):
+    """A VkInstance, with the Khronos validation layer when asked and a debug messenger that
+    records every message of at least ``debug_severity`` (see :func:`debug_messages`)."""
+
+    def __init__(
+        self,
+        validation: bool = False,
+        *,
+        icd: str | None = None,
+        debug_severity: str = "warning",
+        app_name: str = "vkgraph",
+    ):
+        self.icd = icd
+        with _only_icd(icd):
+            self._create(validation, debug_severity, app_name, icd)
+
+    def _create(self, validation: bool, debug_severity: str, app_name: str, icd: str | None) -> None:
+        loader_version = call(vk.vkEnumerateInstanceVersion)
+        if loader_version < VK_API_1_1:
+            raise UnsupportedFeatureError(
+                "vkEnumerateInstanceVersion", "VK_API_VERSION_1_0",
+                f"the Vulkan loader is {version_str(loader_version)}; vkgraph needs 1.1 or newer",
+            )
+        self.api_version = min(loader_version, VK_API_1_3)
+        self.validation = validation
+
+        layers: list[str] = []
+        if validation:
+            if VALIDATION_LAYER not in instance_layers():
+                raise UnsupportedFeatureError(
+                    "vkCreateInstance", "VK_ERROR_LAYER_NOT_PRESENT",
+                    f"{VALIDATION_LAYER} is not installed (Debian package vulkan-validationlayers)",
+                )
+            layers.append(VALIDATION_LAYER)
+        extensions: list[str] = []
+        has_debug_utils = EXT_DEBUG_UTILS in instance_extensions() or validation
+        if has_debug_utils:
+            extensions.append(EXT_DEBUG_UTILS)
+
+        # Everything a create-info points to stays referenced by these locals until the calls
+        # below return: the binding does not keep pointees alive for us.
+        app_info = vk.VkApplicationInfo(
+            pApplicationName=app_name,
+            applicationVersion=1,
+            pEngineName="vkgraph",
+            engineVersion=1,
+            apiVersion=self.api_version,
+        )
+        messenger_info = None
+        if has_debug_utils:
+            messenger_info = vk.VkDebugUtilsMessengerCreateInfoEXT(
+                messageSeverity=_severity_mask(debug_severity),
+                messageType=sum(bit for bit, _ in _MESSAGE_TYPES),
+                pfnUserCallback=_debug_callback,
+            )
+        create_info = vk.VkInstanceCreateInfo(
+            # Chained so that vkCreateInstance/vkDestroyInstance themselves are covered.
+            pNext=messenger_info,
+            pApplicationInfo=app_info,
+            ppEnabledLayerNames=layers,
+            ppEnabledExtensionNames=extensions,
+        )
+        try:
+            handle = call(vk.vkCreateInstance, create_info, None)
+        except UnsupportedFeatureError as exc:
+            if exc.result == "VK_ERROR_INCOMPATIBLE_DRIVER":
+                where = f" from {icd}" if icd else ""
+                raise DeviceNotFoundError(f"no usable Vulkan driver (ICD){where}") from None
+            raise
+        except VulkanError as exc:
+            if exc.result == "VK_ERROR_INITIALIZATION_FAILED":
+                raise DeviceNotFoundError(f"the Vulkan loader found no driver ({exc})") from None
+            raise
+        self.handle = handle
+
+        messenger = None
+        destroy_messenger = None
+        if messenger_info is not None:
+            create_messenger = call(vk.vkGetInstanceProcAddr, handle, "vkCreateDebugUtilsMessengerEXT")
+            destroy_messenger = call(vk.vkGetInstanceProcAddr, handle, "vkDestroyDebugUtilsMessengerEXT")
+            messenger = call(create_messenger, handle, messenger_info, None)
+
+        def release(handle=handle, messenger=messenger, destroy_messenger=destroy_messenger) -> None:
+            if messenger is not None:
+                destroy_messenger(handle, messenger, None)
+            vk.vkDestroyInstance(handle, None)
+
+        self._own(None, release)
+
+    def physical_devices(self) -> list[PhysicalDevice]:
+        try:
+            handles = call(vk.vkEnumeratePhysicalDevices, self.handle)
+        except VulkanError as exc:
+            where = f" from ICD file {self.icd}" if self.icd else ""
+            raise DeviceNotFoundError(f"no usable Vulkan device{where} ({exc})") from None
+        return [PhysicalDevice(self, h) for h in handles]
+
+
+# --- physical devices ------------------------------------------------------------------------
+
+_DEVICE_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
+
+_MEMORY_FLAG_NAMES = (
+    (0x1, "DEVICE_LOCAL"),
+    (0x2, "HOST_VISIBLE"),
+    (0x4, "HOST_COHERENT"),
+    (0x8, "HOST_CACHED"),
+    (0x10, "LAZILY_ALLOCATED"),
+    (0x20, "PROTECTED"),
+)
+MEMORY_DEVICE_LOCAL, MEMORY_HOST_VISIBLE, MEMORY_HOST_COHERENT, MEMORY_HOST_CACHED = 0x1, 0x2, 0x4, 0x8
+
+
+def memory_flag_names(flags: int) -> list[str]:
+    return [name for bit, name in _MEMORY_FLAG_NAMES if flags & bit]
+
+
+@dataclass(frozen=True)
+class MemoryType:
+    index: int
+    flags: int
+    heap: int
+
+
+@dataclass(frozen=True)
+class MemoryHeap:
+    index: int
+    size: int
+    device_local: bool
+
+
+def _chain(*structs: Any) -> None:
+    """Link ``ffi.new`` structs through pNext, in order."""
+    for a, b in zip(structs, structs[1:]):
+        a.pNext = b
+
+
+def _new_struct(ctype: str, stype: int) -> Any:
+    s = ffi.new(ctype + "*")
+    s.sType = stype
+    return s
+
+
+class PhysicalDevice:
+    """What vkgraph needs to know about one physical device; creates nothing."""
+
+    def __init__(self, instance: Instance, handle: Any):
+        self.instance = instance
+        self.handle = handle
+        self.extensions: set[str] = {
+            p.extensionName for p in call(vk.vkEnumerateDeviceExtensionProperties, handle, None)
+        }
+        props = call(vk.vkGetPhysicalDeviceProperties, handle)
+        self.name: str = props.deviceName
+        self.type: str = _DEVICE_TYPES.get(props.deviceType, "other")
+        self.vendor_id: int = props.vendorID
+        self.device_id: int = props.deviceID
+        self.driver_version: int = props.driverVersion
+        self.api_version: int = min(props.apiVersion, instance.api_version)
+        self.pipeline_cache_uuid: bytes = bytes(props._pipelineCacheUUID)
+        lim = props.limits
+        self.timestamp_period_ns: float = lim.timestampPeriod
+        self.limits: dict[str, Any] = {
+            "maxStorageBufferRange": lim.maxStorageBufferRange,
+            "maxUniformBufferRange": lim.maxUniformBufferRange,
+            "maxPushConstantsSize": lim.maxPushConstantsSize,
+            "maxComputeSharedMemorySize": lim.maxComputeSharedMemorySize,
+            "maxComputeWorkGroupCount": list(lim.maxComputeWorkGroupCount),
+            "maxComputeWorkGroupSize": list(lim.maxComputeWorkGroupSize),
+            "maxComputeWorkGroupInvocations": lim.maxComputeWorkGroupInvocations,
+            "maxMemoryAllocationCount": lim.maxMemoryAllocationCount,
+            "maxBoundDescriptorSets": lim.maxBoundDescriptorSets,
+            "minStorageBufferOffsetAlignment": lim.minStorageBufferOffsetAlignment,
+            "nonCoherentAtomSize": lim.nonCoherentAtomSize,
+            "maxImageDimension3D": lim.maxImageDimension3D,
+            "timestampPeriod": lim.timestampPeriod,
+        }
+        self.driver_name = ""
+        self.driver_info = ""
+        self.min_imported_host_pointer_alignment = 0
+        self._read_properties2()
+
+        fams = call(vk.vkGetPhysicalDeviceQueueFamilyProperties, handle)
+        compute = [i for i, f in enumerate(fams) if f.queueFlags & vk.VK_QUEUE_COMPUTE_BIT]
+        self.compute_queue_family: int | None = compute[0] if compute else None
+        self.timestamp_valid_bits: int = fams[compute[0]].timestampValidBits if compute else 0
+
+        mem = call(vk.vkGetPhysicalDeviceMemoryProperties, handle)
+        self.memory_heaps = [
+            MemoryHeap(i, mem.memoryHeaps[i].size, bool(mem.memoryHeaps[i].flags & 0x1))
+            for i in range(mem.memoryHeapCount)
+        ]
+        self.memory_types = [
+            MemoryType(i, mem.memoryTypes[i].propertyFlags, mem.memoryTypes[i].heapIndex)
+            for i in range(mem.memoryTypeCount)
+        ]
+        self.host_visible_memory_type = self._host_visible_device_local_type()
+
+        self.supports_timeline_semaphore = self._timeline_semaphore_feature()
+
+    def _read_properties2(self) -> None:
+        chain = []
+        driver = None
+        if self.api_version >= VK_API_1_2 or "VK_KHR_driver_properties" in self.extensions:
+            driver = _new_struct(
+                "VkPhysicalDeviceDriverProperties",
+                vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES,
+            )
+            chain.append(driver)
+        host = None
+        if EXT_EXTERNAL_MEMORY_HOST in self.extensions:
+            host = _new_struct(
+                "VkPhysicalDeviceExternalMemoryHostPropertiesEXT",
+                vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT,
+            )
+            chain.append(host)
+        maint3 = _new_struct(
+            "VkPhysicalDeviceMaintenance3Properties",
+            vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
+        )
+        chain.append(maint3)
+        props2 = _new_struct("VkPhysicalDeviceProperties2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2)
+        _chain(props2, *chain)
+        call(lib.vkGetPhysicalDeviceProperties2, self.handle, props2)
+        if driver is not None:
+            self.driver_name = ffi.string(driver.driverName).decode()
+            self.driver_info = ffi.string(driver.driverInfo).decode()
+        if host is not None:
+            self.min_imported_host_pointer_alignment = host.minImportedHostPointerAlignment
+        self.limits["maxMemoryAllocationSize"] = maint3.maxMemoryAllocationSize
+        self.limits["minImportedHostPointerAlignment"] = self.min_imported_host_pointer_alignment
+
+    def _timeline_semaphore_feature(self) -> bool:
+        if self.api_version < VK_API_1_2 and EXT_TIMELINE_SEMAPHORE not in self.extensions:
+            return False
+        tl = _new_struct(
+            "VkPhysicalDeviceTimelineSemaphoreFeatures",
+            vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES,
+        )
+        f2 = _new_struct("VkPhysicalDeviceFeatures2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2)
+        _chain(f2, tl)
+        call(lib.vkGetPhysicalDeviceFeatures2, self.handle, f2)
+        return bool(tl.timelineSemaphore)
+
+    def _host_visible_device_local_type(self) -> int | None:
+        """The memory type that makes device-local memory host-visible, if any.
+
+        Counted only on the largest device-local heap: a small BAR window on a discrete GPU
+        (a 256 MiB DEVICE_LOCAL|HOST_VISIBLE heap) does not make weights mappable.
+        """
+        local = [h for h in self.memory_heaps if h.device_local]
+        if not local:
+            return None
+        big = max(local, key=lambda h: h.size).index
+        want = MEMORY_DEVICE_LOCAL | MEMORY_HOST_VISIBLE | MEMORY_HOST_COHERENT
+        for t in self.memory_types:
+            if t.heap == big and t.flags & want == want:
+                return t.index
+        return None
+
+    @property
+    def host_visible_device_local(self) -> bool:
+        """Whether weights in device-local memory can be written by the CPU directly."""
+        return self.host_visible_memory_type is not None
+
+    @property
+    def driver(self) -> str:
+        if self.driver_name:
+            return f"{self.driver_name} {self.driver_info}".strip()
+        return f"driver version {self.driver_version:#x}"
+
+    @property
+    def timestamps_supported(self) -> bool:
+        return self.timestamp_valid_bits > 0 and self.timestamp_period_ns > 0
+
+    def info(self) -> dict[str, Any]:
+        """The ``vkgraph info --json`` entry for this device."""
+        return {
+            "name": self.name,
+            "type": self.type,
+            "driver": self.driver,
+            "api_version": version_str(self.api_version),
+            "vendor_id": self.vendor_id,
+            "device_id": self.device_id,
+            "host_visible_device_local": self.host_visible_device_local,
+            "extensions": sorted(e for e in RELEVANT_EXTENSIONS if e in self.extensions),
+            "limits": dict(self.limits),
+            "memory_types": [
+                {"index": t.index, "heap": t.heap, "flags": memory_flag_names(t.flags)}
+                for t in self.memory_types
+            ],
+            "memory_heaps": [
+                {"index": h.index, "size": h.size, "device_local": h.device_local}
+                for h in self.memory_heaps
+            ],
+            "timestamps": self.timestamps_supported,
+            "timeline_semaphore": self.supports_timeline_semaphore,
+        }

@@ -1,0 +1,189 @@
+"""Memory-type selection and :class:`Buffer` (device-local, upload staging, readback)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import numpy as np
+
+from ..errors import OutOfDeviceMemoryError
+from ._vk import call, vk
+from .device import Device
+from .handle import VkObject
+from .instance import (
+    MEMORY_DEVICE_LOCAL,
+    MEMORY_HOST_CACHED,
+    MEMORY_HOST_COHERENT,
+    MEMORY_HOST_VISIBLE,
+    MemoryType,
+    PhysicalDevice,
+)
+
+
+class BufferUsage(enum.IntFlag):
+    """VkBufferUsageFlagBits that vkgraph uses (spec values)."""
+
+    TRANSFER_SRC = 0x1
+    TRANSFER_DST = 0x2
+    UNIFORM = 0x10
+    STORAGE = 0x20
+
+
+DEFAULT_USAGE = BufferUsage.STORAGE | BufferUsage.TRANSFER_SRC | BufferUsage.TRANSFER_DST
+
+
+class MemoryKind(enum.Enum):
+    """Where a buffer lives.
+
+    - ``DEVICE``: device-local; host-visible too when the device allows it on its main heap
+      (lavapipe, SwiftShader, most mobile GPUs), so the CPU can fill it without staging.
+    - ``UPLOAD``: host-visible, coherent; for staging data the GPU reads.
+    - ``READBACK``: host-visible, coherent, cached if possible; for data the CPU reads back.
+    """
+
+    DEVICE = "device"
+    UPLOAD = "upload"
+    READBACK = "readback"
+
+
+def select_memory_type(physical: PhysicalDevice, type_bits: int, kind: MemoryKind) -> MemoryType:
+    """The best memory type among ``type_bits`` (from VkMemoryRequirements) for ``kind``."""
+    allowed = [t for t in physical.memory_types if type_bits & (1 << t.index)]
+    heap_size = {h.index: h.size for h in physical.memory_heaps}
+    host = MEMORY_HOST_VISIBLE | MEMORY_HOST_COHERENT
+
+    if kind is MemoryKind.DEVICE:
+        uma = physical.host_visible_memory_type
+        for t in allowed:
+            if t.index == uma:
+                return t
+        candidates = [t for t in allowed if t.flags & MEMORY_DEVICE_LOCAL] or allowed
+        # Largest heap first; then fewer extra flags (a plain device-local type).
+        return min(candidates, key=lambda t: (-heap_size[t.heap], bin(t.flags).count("1"), t.index))
+
+    candidates = [t for t in allowed if t.flags & host == host]
+    if not candidates:
+        raise OutOfDeviceMemoryError(
+            "vkAllocateMemory", "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            f"no host-visible coherent memory type for a {kind.value} buffer",
+        )
+    on_uma = physical.host_visible_device_local
+
+    def score(t: MemoryType) -> tuple:
+        cached = bool(t.flags & MEMORY_HOST_CACHED)
+        # Staging on a discrete GPU belongs in system RAM, not in the small BAR window.
+        in_bar = bool(t.flags & MEMORY_DEVICE_LOCAL) and not on_uma
+        return (in_bar, not cached if kind is MemoryKind.READBACK else False, -heap_size[t.heap], t.index)
+
+    return min(candidates, key=score)
+
+
+def _mapped_view(mapping: Any, nbytes: int) -> np.ndarray:
+    return np.frombuffer(mapping, dtype=np.uint8, count=nbytes)
+
+
+class Buffer(VkObject):
+    """A VkBuffer bound to its own VkDeviceMemory allocation, persistently mapped when the
+    memory is host-visible.
+
+    ``view()`` gives zero-copy numpy views of the mapping; they are valid until ``destroy()``.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        nbytes: int,
+        kind: MemoryKind = MemoryKind.DEVICE,
+        usage: int = DEFAULT_USAGE,
+        *,
+        name: str = "",
+    ):
+        nbytes = int(nbytes)
+        what = f"buffer {name!r} of {nbytes} bytes" if name else f"buffer of {nbytes} bytes"
+        if nbytes <= 0:
+            raise ValueError(f"{what}: the size must be positive")
+        self.device = device
+        self.nbytes = nbytes
+        self.kind = kind
+        self.name = name
+
+        dev = device.handle
+        info = vk.VkBufferCreateInfo(size=nbytes, usage=int(usage), sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
+        handle = call(vk.vkCreateBuffer, dev, info, None, detail=what)
+        try:
+            req = call(vk.vkGetBufferMemoryRequirements, dev, handle)
+            mtype = select_memory_type(device.physical, req.memoryTypeBits, kind)
+            heap = device.physical.memory_heaps[mtype.heap]
+            if req.size > heap.size:  # VUID-vkAllocateMemory-pAllocateInfo-01713
+                raise OutOfDeviceMemoryError(
+                    "vkAllocateMemory", "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+                    f"{what} is larger than memory heap {heap.index} ({heap.size} bytes)",
+                )
+            alloc = vk.VkMemoryAllocateInfo(allocationSize=req.size, memoryTypeIndex=mtype.index)
+            memory = call(vk.vkAllocateMemory, dev, alloc, None, detail=what)
+        except BaseException:
+            vk.vkDestroyBuffer(dev, handle, None)
+            raise
+        alloc_nbytes = req.size
+        try:
+            call(vk.vkBindBufferMemory, dev, handle, memory, 0)
+            self.host_visible = bool(mtype.flags & MEMORY_HOST_VISIBLE)
+            # The binding cannot pass VK_WHOLE_SIZE: map the allocation's explicit size.
+            self._mapping = call(vk.vkMapMemory, dev, memory, 0, alloc_nbytes, 0) if self.host_visible else None
+        except BaseException:
+            vk.vkDestroyBuffer(dev, handle, None)
+            vk.vkFreeMemory(dev, memory, None)
+            raise
+        self.handle = handle
+        self.memory = memory
+        self.memory_type = mtype
+        self.alloc_nbytes = alloc_nbytes
+        device._account(alloc_nbytes)
+        mapped = self._mapping is not None
+
+        def release(dev=dev, handle=handle, memory=memory, mapped=mapped, nbytes=alloc_nbytes) -> None:
+            device._account(-nbytes)
+            if mapped:
+                vk.vkUnmapMemory(dev, memory)
+            vk.vkDestroyBuffer(dev, handle, None)
+            vk.vkFreeMemory(dev, memory, None)
+
+        # `device` in the closure is the Python Device: it only carries the byte counters and
+        # keeps no handle alive past its own destroy().
+        self._own(device, release)
+
+    def destroy(self) -> None:
+        self._mapping = None
+        super().destroy()
+
+    def _require_mapping(self) -> Any:
+        if not self.alive:
+            raise ValueError(f"{self!r} is destroyed")
+        if self._mapping is None:
+            raise ValueError(f"{self!r} is not host-visible; copy through a staging buffer")
+        return self._mapping
+
+    def view(self, dtype: Any = np.uint8, count: int = -1, offset: int = 0) -> np.ndarray:
+        """A zero-copy numpy view of the mapped memory (valid until ``destroy()``)."""
+        dtype = np.dtype(dtype)
+        if count < 0:
+            count = (self.nbytes - offset) // dtype.itemsize
+        end = offset + count * dtype.itemsize
+        if offset < 0 or end > self.nbytes:
+            raise ValueError(f"view [{offset}, {end}) is outside {self!r}")
+        raw = _mapped_view(self._require_mapping(), self.nbytes)
+        return raw[offset:end].view(dtype)
+
+    def write(self, data: Any, offset: int = 0) -> None:
+        """Copy ``data`` (anything numpy can view as bytes) into the buffer at ``offset``."""
+        src = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self.view(np.uint8, src.nbytes, offset)[:] = src
+
+    def read(self, dtype: Any = np.uint8, count: int = -1, offset: int = 0) -> np.ndarray:
+        """A copy of the buffer's contents as ``dtype``."""
+        return self.view(dtype, count, offset).copy()
+
+    def __repr__(self) -> str:
+        label = f" {self.name!r}" if self.name else ""
+        return f"<Buffer{label} {self.nbytes} B {self.kind.value}{'' if self.alive else ' destroyed'}>"
