@@ -1,6 +1,7 @@
 """vkgraph: a Python re-creation of the ExecuTorch Vulkan backend's graph runtime, built around
 how models load (prepacking constant weights in staged command-buffer submissions)."""
 
+from .config import GraphConfig, load_config
 from .errors import (
     CacheFormatError,
     CommandBufferStateError,
@@ -26,6 +27,7 @@ __all__ = [
     "DeviceLostError",
     "DeviceNotFoundError",
     "FenceTimeoutError",
+    "GraphConfig",
     "OutOfDeviceMemoryError",
     "OutOfHostMemoryError",
     "PrepackMismatchError",
@@ -34,4 +36,5 @@ __all__ = [
     "VkGraphError",
     "VulkanError",
     "__version__",
+    "load_config",
 ]

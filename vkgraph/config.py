@@ -1,0 +1,253 @@
+"""GraphConfig and TOML config files (DESIGN.md §5).
+
+Keys are ``group.key``. Zero means "use the default", as in ET-VK; :data:`DEFAULTS` holds those
+defaults and ``configs/default.toml`` documents every key. Precedence, highest first: explicit
+``overrides`` > environment (``VKGRAPH_<GROUP>_<KEY>``, plus ``VKGRAPH_DEVICE`` and
+``VKGRAPH_VALIDATION``) > config file > defaults.
+
+Sizes (``*_nbytes``) are non-negative integers or strings with a unit: ``"10 MiB"``,
+``"512KiB"``, ``"1.5 GiB"`` (binary) or ``"10 MB"`` (decimal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+MiB = 1 << 20
+
+# Kinds of values, for validation and for parsing environment strings.
+NBYTES, COUNT, BOOL, TEXT, REDUCE = "nbytes", "count", "bool", "text", "reduce"
+
+
+def _key(kind: str, default: Any) -> Any:
+    return field(default=default, metadata={"kind": kind})
+
+
+@dataclass(frozen=True)
+class PrepackConfig:
+    """How ``run_prepack()`` cuts the prepack stream into command buffers (0 = default)."""
+
+    threshold_nbytes: int = _key(NBYTES, 0)
+    initial_threshold_nbytes: int = _key(NBYTES, 0)
+    threshold_nodes: int = _key(COUNT, 0)
+    initial_threshold_nodes: int = _key(COUNT, 0)
+    staging_ring_nbytes: int = _key(NBYTES, 0)
+    reduce_peak_memory: bool | str = _key(REDUCE, False)  # True, False or "auto"
+    auto_reduce_above_nbytes: int = _key(NBYTES, 0)
+
+
+@dataclass(frozen=True)
+class ExecuteConfig:
+    """How ``execute()`` splits the execute nodes into command buffers (0 = default)."""
+
+    threshold_node_count: int = _key(COUNT, 0)
+    initial_threshold_node_count: int = _key(COUNT, 0)
+    max_cmds: int = _key(COUNT, 0)
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    prefer: str = _key(TEXT, "")  # device-name substring or ICD json path; "" = first device
+    validation: bool = _key(BOOL, False)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    packed_weights_path: str = _key(TEXT, "")  # "" = no packed-weight cache
+    pipeline_cache_path: str = _key(TEXT, "")  # "" = <cache dir>/pipelines-<device>.bin
+    shader_cache_dir: str = _key(TEXT, "")  # "" = <cache dir>/spirv
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """Every tunable of a graph. Build one with :func:`load_config` or directly."""
+
+    prepack: PrepackConfig = field(default_factory=PrepackConfig)
+    execute: ExecuteConfig = field(default_factory=ExecuteConfig)
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    source: str | None = field(default=None, compare=False)  # the file it came from
+
+    def replace(self, **dotted: Any) -> GraphConfig:
+        """A copy with ``group__key=value`` (or ``**{"group.key": value}``) changed, validated."""
+        flat = {k.replace("__", "."): v for k, v in dotted.items()}
+        return _apply(self, flat, "argument")
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        return {g: dataclasses.asdict(getattr(self, g)) for g in GROUPS}
+
+    def get(self, dotted: str) -> Any:
+        group, key = dotted.split(".")
+        return getattr(getattr(self, group), key)
+
+    def effective(self, dotted: str) -> Any:
+        """The value in force: the configured one, or :data:`DEFAULTS` when it is 0."""
+        value = self.get(dotted)
+        return DEFAULTS.get(dotted, value) if value == 0 and not isinstance(value, bool) else value
+
+
+GROUPS: dict[str, type] = {
+    "prepack": PrepackConfig,
+    "execute": ExecuteConfig,
+    "device": DeviceConfig,
+    "cache": CacheConfig,
+}
+
+#: What 0 means for each numeric key.
+DEFAULTS: dict[str, int] = {
+    "prepack.threshold_nbytes": 10 * MiB,  # ET-VK's value
+    "prepack.initial_threshold_nbytes": 10 * MiB,  # ET-VK's value
+    "prepack.threshold_nodes": 256,
+    "prepack.initial_threshold_nodes": 64,
+    "prepack.staging_ring_nbytes": 3 * 10 * MiB,  # three batches of the default threshold
+    "prepack.auto_reduce_above_nbytes": 1 << 30,
+    "execute.threshold_node_count": 128,  # ET-VK's value
+    "execute.initial_threshold_node_count": 64,  # ET-VK's value
+    "execute.max_cmds": 0,  # no limit
+}
+
+ENV_ALIASES = {"VKGRAPH_DEVICE": "device.prefer", "VKGRAPH_VALIDATION": "device.validation"}
+
+
+def schema() -> dict[str, str]:
+    """``{"group.key": kind}`` for every key."""
+    return {
+        f"{g}.{f.name}": f.metadata["kind"] for g, cls in GROUPS.items() for f in dataclasses.fields(cls)
+    }
+
+
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_nbytes(value: Any) -> int:
+    """An int, or a string such as ``"10 MiB"``; raises ValueError with the reason."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"must be a byte count (an integer or a string like \"10 MiB\"), got {value!r}")
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        unit = m.group(2).lower() if m else None
+        if not m or unit not in _UNITS:
+            raise ValueError(f"cannot read {value!r} as a size (use bytes, or KiB/MiB/GiB/KB/MB/GB)")
+        value = int(float(m.group(1)) * _UNITS[unit])
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {value}")
+    return value
+
+
+def _coerce(kind: str, value: Any, from_env: bool) -> Any:
+    """Validate (and, for environment strings, parse) one value; ValueError says why not."""
+    if kind == NBYTES:
+        return parse_nbytes(value)
+    if kind == COUNT:
+        if from_env and isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]+\s*", value):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be an integer, got {value!r}")
+        if value < 0:
+            raise ValueError(f"must be >= 0, got {value}")
+        return value
+    if kind in (BOOL, REDUCE):
+        if from_env and isinstance(value, str):
+            v = value.strip().lower()
+            if v in ("1", "true", "yes", "on"):
+                return True
+            if v in ("0", "false", "no", "off", ""):
+                return False
+        if isinstance(value, bool):
+            return value
+        if kind == REDUCE and value == "auto":
+            return "auto"
+        allowed = 'true, false or "auto"' if kind == REDUCE else "true or false"
+        raise ValueError(f"must be {allowed}, got {value!r}")
+    if kind == TEXT:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a string, got {value!r}")
+        return value
+    raise AssertionError(kind)
+
+
+def _apply(cfg: GraphConfig, values: Mapping[str, Any], where: str | None, from_env: bool = False,
+           names: Mapping[str, str] | None = None) -> GraphConfig:
+    kinds = schema()
+    groups = {g: getattr(cfg, g) for g in GROUPS}
+    for dotted, value in values.items():
+        label = names[dotted] if names else dotted
+        if dotted not in kinds:
+            group = dotted.split(".")[0]
+            known = [k for k in kinds if k.startswith(group + ".")]
+            hint = f"; {group} keys are: {', '.join(k.split('.')[1] for k in known)}" if known else (
+                f"; groups are: {', '.join(GROUPS)}")
+            raise ConfigError(where, label, f"unknown key{hint}")
+        try:
+            coerced = _coerce(kinds[dotted], value, from_env)
+        except ValueError as exc:
+            raise ConfigError(where, label, str(exc)) from None
+        group, key = dotted.split(".")
+        groups[group] = dataclasses.replace(groups[group], **{key: coerced})
+    return dataclasses.replace(cfg, **groups)
+
+
+def _flatten_toml(data: Mapping[str, Any], file: str) -> dict[str, Any]:
+    flat = {}
+    for group, table in data.items():
+        if group not in GROUPS:
+            raise ConfigError(file, group, f"unknown group; groups are: {', '.join(GROUPS)}")
+        if not isinstance(table, dict):
+            raise ConfigError(file, group, f"must be a table ([{group}]), got {table!r}")
+        for key, value in table.items():
+            flat[f"{group}.{key}"] = value
+    return flat
+
+
+def env_values(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(values, variable names) for every ``VKGRAPH_*`` variable that names a config key."""
+    values, names = {}, {}
+    for dotted in schema():
+        var = "VKGRAPH_" + dotted.replace(".", "_").upper()
+        if var in env:
+            values[dotted], names[dotted] = env[var], var
+    for var, dotted in ENV_ALIASES.items():
+        if var in env and dotted not in values:
+            values[dotted], names[dotted] = env[var], var
+    return values, names
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> GraphConfig:
+    """Defaults, then the TOML file at ``path`` (if any), then ``VKGRAPH_*`` variables from
+    ``env`` (default: ``os.environ``), then ``overrides`` (``{"group.key": value}``).
+
+    Raises :class:`ConfigError` naming the file (or variable), the key and the reason.
+    """
+    cfg = GraphConfig()
+    if path is not None:
+        file = str(path)
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(file, "(file)", "no such config file") from None
+        except OSError as exc:
+            raise ConfigError(file, "(file)", f"cannot read: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(file, "(syntax)", str(exc)) from None
+        cfg = dataclasses.replace(_apply(cfg, _flatten_toml(data, file), file), source=file)
+    values, names = env_values(os.environ if env is None else env)
+    if values:
+        cfg = _apply(cfg, values, "environment", from_env=True, names=names)
+    if overrides:
+        cfg = _apply(cfg, dict(overrides), "argument")
+    return cfg
