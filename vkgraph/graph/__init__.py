@@ -1,0 +1,1 @@
+"""Layer 2: values, nodes, the submission scheduler, ComputeGraph and the load report."""

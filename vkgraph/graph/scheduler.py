@@ -1,0 +1,110 @@
+"""When to submit: the command-buffer cut policy for prepack and execute (pure Python).
+
+No Vulkan here: the graph asks this module *when* to submit and does the submitting itself, and
+the load simulator replays the same decisions, so both agree on every cut point.
+
+Prepack rule (DESIGN.md §4, as ET-VK's ``ComputeGraph::prepack``): before encoding node ``i``
+-- never the first node nor the last -- submit the current command buffer if the staging bytes
+already in it exceed the byte threshold, or the nodes already in it exceed the node threshold.
+The initial thresholds apply until the first cut, the steady ones after.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..config import GraphConfig
+
+
+@dataclass(frozen=True)
+class PrepackThresholds:
+    initial_nbytes: int
+    nbytes: int
+    initial_nodes: int
+    nodes: int
+
+    @classmethod
+    def from_config(cls, cfg: GraphConfig) -> PrepackThresholds:
+        """The thresholds in force (0 in the config means the default)."""
+        return cls(
+            initial_nbytes=cfg.effective("prepack.initial_threshold_nbytes"),
+            nbytes=cfg.effective("prepack.threshold_nbytes"),
+            initial_nodes=cfg.effective("prepack.initial_threshold_nodes"),
+            nodes=cfg.effective("prepack.threshold_nodes"),
+        )
+
+
+class PrepackCutter:
+    """The prepack rule, one node at a time: call :meth:`cut_before` before encoding node ``i``
+    and :meth:`add` after encoding it."""
+
+    def __init__(self, thresholds: PrepackThresholds, node_count: int):
+        self.thresholds = thresholds
+        self.node_count = node_count
+        self.nbytes_in_cmd = 0
+        self.nodes_in_cmd = 0
+        self.cuts = 0
+
+    def cut_before(self, i: int) -> bool:
+        """Whether to submit the current command buffer before encoding node ``i`` (and if so,
+        start counting a new one)."""
+        if i == 0 or i == self.node_count - 1:
+            return False
+        t = self.thresholds
+        first = self.cuts == 0
+        limit_nbytes = t.initial_nbytes if first else t.nbytes
+        limit_nodes = t.initial_nodes if first else t.nodes
+        if self.nbytes_in_cmd > limit_nbytes or self.nodes_in_cmd > limit_nodes:
+            self.cuts += 1
+            self.nbytes_in_cmd = 0
+            self.nodes_in_cmd = 0
+            return True
+        return False
+
+    def add(self, staging_nbytes: int) -> None:
+        self.nbytes_in_cmd += staging_nbytes
+        self.nodes_in_cmd += 1
+
+
+def prepack_cut_points(staging_nbytes: Sequence[int], thresholds: PrepackThresholds) -> list[int]:
+    """Indices ``i`` before which a command buffer is submitted, for nodes staging these bytes."""
+    cutter = PrepackCutter(thresholds, len(staging_nbytes))
+    cuts = []
+    for i, nbytes in enumerate(staging_nbytes):
+        if cutter.cut_before(i):
+            cuts.append(i)
+        cutter.add(nbytes)
+    return cuts
+
+
+def batches(count: int, cut_points: Sequence[int]) -> list[range]:
+    """The node ranges of each command buffer, given the cut points."""
+    edges = [0, *cut_points, count]
+    return [range(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+
+
+def reduce_peak_memory(cfg: GraphConfig, total_constant_nbytes: int) -> bool:
+    """Whether the load runs in reduce-peak mode (``true``; ``"auto"`` above the limit)."""
+    mode = cfg.prepack.reduce_peak_memory
+    if mode == "auto":
+        return total_constant_nbytes > cfg.effective("prepack.auto_reduce_above_nbytes")
+    return bool(mode)
+
+
+def execute_cut_points(node_count: int, cfg: GraphConfig) -> list[int]:
+    """Indices before which ``execute()`` starts a new command buffer: after the initial count,
+    then every steady count. With ``max_cmds`` set, the steady count grows until the command
+    buffers fit (ET-VK does the same)."""
+    initial = cfg.effective("execute.initial_threshold_node_count")
+    steady = cfg.effective("execute.threshold_node_count")
+    max_cmds = cfg.effective("execute.max_cmds")
+    if node_count <= initial:
+        return []
+    if max_cmds == 1:
+        return []
+    rest = node_count - initial
+    if max_cmds and 1 + math.ceil(rest / steady) > max_cmds:
+        steady = math.ceil(rest / (max_cmds - 1))
+    return list(range(initial, node_count, steady))
