@@ -1,1 +1,20 @@
 """Layer 2: values, nodes, the submission scheduler, ComputeGraph and the load report."""
+
+from .compute_graph import ComputeGraph
+from .nodes import DispatchNode, PrepackNode
+from .packers import PACKERS, Packer
+from .report import LoadReport
+from .values import ArraySource, LazySource, Tensor, TensorRef
+
+__all__ = [
+    "ArraySource",
+    "ComputeGraph",
+    "DispatchNode",
+    "LazySource",
+    "LoadReport",
+    "PACKERS",
+    "Packer",
+    "PrepackNode",
+    "Tensor",
+    "TensorRef",
+]

@@ -19,6 +19,8 @@ import weakref
 from collections import Counter
 from typing import Callable
 
+from ..errors import VkGraphError
+
 _live: Counter[str] = Counter()
 _collected: Counter[str] = Counter()
 _child_keys = itertools.count()
@@ -68,6 +70,11 @@ class VkObject:
     def alive(self) -> bool:
         """False once destroyed (or never created)."""
         return self._finalizer is not None and self._finalizer.alive
+
+    def _check_alive(self) -> None:
+        """Raise instead of handing the driver a destroyed handle (undefined behaviour)."""
+        if not self.alive:
+            raise VkGraphError(f"{type(self).__name__} is destroyed")
 
     def destroy(self) -> None:
         """Destroy the children still alive (newest first), then this object. Idempotent."""

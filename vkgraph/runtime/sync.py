@@ -33,6 +33,7 @@ class Fence(VkObject):
         self._own(device, lambda: vk.vkDestroyFence(dev, handle, None))
 
     def is_signaled(self) -> bool:
+        self._check_alive()
         # Called through `lib` because the binding raises for VK_NOT_READY, a normal answer here.
         result = lib.vkGetFenceStatus(self.device.handle, self.handle)
         if result == _VK_SUCCESS:
@@ -43,12 +44,14 @@ class Fence(VkObject):
 
     def wait(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         """Block until signalled; :class:`FenceTimeoutError` after ``timeout_s`` seconds."""
+        self._check_alive()
         call(
             vk.vkWaitForFences, self.device.handle, 1, [self.handle], vk.VK_TRUE, _timeout_ns(timeout_s),
             detail=f"fence not signalled after {timeout_s:g} s",
         )
 
     def reset(self) -> None:
+        self._check_alive()
         call(vk.vkResetFences, self.device.handle, 1, [self.handle])
         self.resets += 1
 
@@ -76,6 +79,7 @@ class Semaphore(VkObject):
         self._own(device, lambda: vk.vkDestroySemaphore(dev, handle, None))
 
     def _require_timeline(self) -> None:
+        self._check_alive()
         if not self.timeline:
             raise ValueError("host value/signal/wait need a timeline semaphore")
 

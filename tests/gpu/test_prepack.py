@@ -1,0 +1,185 @@
+import json
+
+import numpy as np
+import pytest
+
+from vkgraph.config import GraphConfig
+from vkgraph.errors import PrepackMismatchError, VkGraphError
+from vkgraph.graph import ComputeGraph, LazySource
+from vkgraph.graph.scheduler import PrepackThresholds, batches, prepack_cut_points
+
+KiB = 1024
+
+
+def ref_transposed(w):
+    return np.ascontiguousarray(w.T)
+
+
+def ref_linear_4x4(w):
+    n, k = w.shape
+    n4, k4 = -(-n // 4), -(-k // 4)
+    padded = np.zeros((n4 * 4, k4 * 4), w.dtype)
+    padded[:n, :k] = w
+    # block (n4, k4) at [n4][k4], inside it element (kk, nn) at kk*4 + nn
+    return padded.reshape(n4, 4, k4, 4).transpose(0, 2, 3, 1).copy()
+
+
+REFERENCE = {"identity": lambda w: w, "transposed": ref_transposed, "linear_4x4": ref_linear_4x4}
+
+
+def graph(device, compiler, **cfg):
+    return ComputeGraph(GraphConfig().replace(**cfg), device=device, compiler=compiler)
+
+
+@pytest.mark.parametrize("packer", ["identity", "transposed", "linear_4x4"])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (4, 4), (17, 33), (64, 130)])
+def test_packers_match_numpy(device, compiler, packer, shape):
+    rng = np.random.default_rng(sum(shape))
+    w = rng.standard_normal(shape).astype(np.float32)
+    with graph(device, compiler) as g:
+        dst = g.prepack_tensor(g.add_tensorref(w, "w"), packer)
+        assert g.values[dst].buffer is None  # memory is bound lazily, at its packing dispatch
+        g.run_prepack()
+        got = g.read_tensor(dst)
+    np.testing.assert_array_equal(got, REFERENCE[packer](w).reshape(-1).view(np.uint8))
+
+
+def make_model(g, rng, count=40):
+    refs = []
+    for i in range(count):
+        shape = (int(rng.integers(1, 70)), int(rng.integers(1, 70)))
+        w = rng.standard_normal(shape).astype(np.float32)
+        packer = ["identity", "transposed", "linear_4x4"][i % 3]
+        refs.append((g.prepack_tensor(g.add_tensorref(w, f"w{i}"), packer), packer, w))
+    return refs
+
+
+SMALL = dict(prepack__threshold_nbytes=8 * KiB, prepack__initial_threshold_nbytes=2 * KiB,
+             prepack__threshold_nodes=6, prepack__initial_threshold_nodes=3,
+             prepack__staging_ring_nbytes=24 * KiB)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "staged", "reduce-peak"])
+def test_modes_pack_identical_bytes(device, compiler, mode):
+    cfg = dict(SMALL, prepack__reduce_peak_memory=(mode == "reduce-peak"))
+    with graph(device, compiler, **cfg) as g:
+        refs = make_model(g, np.random.default_rng(42))
+        sizes = [n.staging_nbytes(g) for n in g.prepack_nodes]
+        report = g.prepack() if mode == "legacy" else g.run_prepack()
+        assert report.mode == mode
+        for dst, packer, w in refs:
+            np.testing.assert_array_equal(g.read_tensor(dst), REFERENCE[packer](w).reshape(-1).view(np.uint8))
+    cuts = prepack_cut_points(sizes, PrepackThresholds.from_config(g.config))
+    plan = batches(len(sizes), cuts)
+    if mode == "legacy":
+        assert report.submits == 1
+        assert report.peak_staging_nbytes >= report.total_staged_nbytes  # everything staged at once
+    else:
+        assert report.submits == len(plan) > 5
+        assert report.bytes_per_submit == [sum(sizes[i] for i in b) for b in plan]
+        if mode == "staged":
+            assert report.peak_staging_nbytes <= 24 * KiB
+        else:
+            assert report.peak_staging_nbytes <= max(report.bytes_per_submit) + len(refs) * g.staging_alignment
+    assert sum(report.bytes_per_submit) == report.total_staged_nbytes
+    assert report.packing_dispatches == sum(1 for _, p, _ in refs if p != "identity")
+    identity_nodes = sum(1 for _, p, _ in refs if p == "identity")
+    assert report.direct_writes == (identity_nodes if device.host_visible_device_local else 0)
+    assert report.load_s > 0 and report.cpu_encode_s > 0
+    if device.physical.timestamps_supported:
+        assert report.gpu_s > 0 and all(s.gpu_end_s >= s.gpu_start_s for s in report.spans)
+
+
+def test_batch_larger_than_ring_gets_its_own_staging(device, compiler):
+    rng = np.random.default_rng(0)
+    with graph(device, compiler, prepack__staging_ring_nbytes=16 * KiB, prepack__threshold_nbytes=KiB,
+               prepack__initial_threshold_nbytes=KiB) as g:
+        small = [rng.standard_normal((8, 8)).astype(np.float32) for _ in range(3)]
+        big = rng.standard_normal((128, 100)).astype(np.float32)  # 50 KiB > ring
+        refs = [g.prepack_tensor(g.add_tensorref(w, f"s{i}"), "transposed") for i, w in enumerate(small)]
+        big_ref = g.prepack_tensor(g.add_tensorref(big, "big"), "linear_4x4")
+        refs.append(g.prepack_tensor(g.add_tensorref(small[0], "tail"), "transposed"))
+        report = g.run_prepack()
+        np.testing.assert_array_equal(g.read_tensor(big_ref), ref_linear_4x4(big).reshape(-1).view(np.uint8))
+        np.testing.assert_array_equal(g.read_tensor(refs[-1]), small[0].T.reshape(-1).view(np.uint8))
+    assert report.peak_staging_nbytes >= big.nbytes
+
+
+def test_sources_are_released_after_their_last_reader(device, compiler):
+    rng = np.random.default_rng(1)
+    with graph(device, compiler) as g:
+        w = g.add_tensorref(rng.standard_normal((8, 8)).astype(np.float32), "w")
+        a, b = g.prepack_tensor(w, "identity"), g.prepack_tensor(w, "transposed")  # two readers
+        g.run_prepack()
+        src = g.values[w].source
+        with pytest.raises(ValueError, match="released"):
+            src.read()
+        np.testing.assert_array_equal(g.read_tensor(a).view(np.float32).reshape(8, 8).T, g.read_tensor(b).view(np.float32).reshape(8, 8))
+
+
+@pytest.mark.parametrize(
+    "shape,dtype,packer,lazy_nbytes,message",
+    [
+        ((4, 4, 4), np.float32, "transposed", None, "needs a 2-D source, got dims (4, 4, 4)"),
+        ((8, 8), np.float16, "linear_4x4", None, "needs 4-byte elements, got float16"),
+        ((8, 8), np.float32, "identity", 100, "its source holds 100 bytes but shape (8, 8)"),
+    ],
+)
+def test_mismatch_is_rejected_before_gpu_work(device, compiler, shape, dtype, packer, lazy_nbytes, message):
+    with graph(device, compiler) as g:
+        if lazy_nbytes is None:
+            src = g.add_tensorref(np.ones(shape, dtype), "layers.3.w")
+        else:
+            src = g.add_tensorref(LazySource(lazy_nbytes, lambda: np.zeros(lazy_nbytes, np.uint8)),
+                                  "layers.3.w", shape=shape, dtype=dtype)
+        before = device.allocated_nbytes
+        with pytest.raises(PrepackMismatchError, match="'layers.3.w'.*" + message.replace("(", r"\(").replace(")", r"\)")):
+            g.prepack_tensor(src, packer)
+        assert device.allocated_nbytes == before and not g.prepack_nodes
+
+
+def test_destination_mismatch_names_tensor():
+    from vkgraph.graph.packers import PACKERS
+    from vkgraph.graph.values import ArraySource, Tensor, TensorRef
+
+    src = TensorRef("emb", (6, 10), np.dtype(np.float32), ArraySource(np.zeros((6, 10), np.float32)))
+    with pytest.raises(PrepackMismatchError, match=r"'emb'.*destination dims \(6, 10\) != \(10, 6\)"):
+        PACKERS["transposed"].validate(src, Tensor("d", (6, 10), np.dtype(np.float32)))
+    with pytest.raises(PrepackMismatchError, match=r"'emb'.*element size 4 B .* != 2 B"):
+        PACKERS["identity"].validate(src, Tensor("d", (6, 10), np.dtype(np.float16), nbytes=240))
+    with pytest.raises(PrepackMismatchError, match=r"'emb'.*destination holds 200 bytes, packer 'identity' writes 240"):
+        PACKERS["identity"].validate(src, Tensor("d", (6, 10), np.dtype(np.float32), nbytes=200))
+
+
+@pytest.mark.parametrize("mode", ["legacy", "staged"])
+def test_failure_mid_prepack_frees_everything(device, compiler, mode):
+    def boom():
+        raise OSError("disk went away")
+
+    base = device.allocated_nbytes
+    with graph(device, compiler, prepack__threshold_nbytes=64, prepack__initial_threshold_nbytes=64) as g:
+        for i in range(5):
+            g.prepack_tensor(g.add_tensorref(np.ones((8, 8), np.float32), f"ok{i}"), "transposed")
+        g.prepack_tensor(g.add_tensorref(LazySource(256, boom), "bad", shape=(8, 8), dtype=np.float32), "linear_4x4")
+        g.prepack_tensor(g.add_tensorref(np.ones((8, 8), np.float32), "last"), "identity")
+        with pytest.raises(OSError, match="disk went away"):
+            g.prepack() if mode == "legacy" else g.run_prepack()
+        assert device.allocated_nbytes == base
+        with pytest.raises(VkGraphError, match="unusable.*disk went away"):
+            g.run_prepack()
+
+
+def test_trace_has_cpu_and_gpu_tracks(device, compiler, tmp_path):
+    with graph(device, compiler, **SMALL) as g:
+        make_model(g, np.random.default_rng(3), count=12)
+        report = g.run_prepack()
+    path = tmp_path / "trace.json"
+    report.write_trace(path)
+    trace = json.loads(path.read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in spans if e["cat"] == "cpu"} == {1}
+    assert len([e for e in spans if e["cat"] == "cpu"]) == report.submits
+    if device.physical.timestamps_supported:
+        assert len([e for e in spans if e["cat"] == "gpu" and e["tid"] == 2]) == report.submits
+    assert trace["otherData"]["submits"] == report.submits
+    assert "overlap" in report.to_dict() and "CPU/GPU overlap" in report.format_table()

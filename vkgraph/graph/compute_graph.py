@@ -1,0 +1,540 @@
+"""ComputeGraph: values, prepack nodes, dispatch nodes, staged prepack and execute (DESIGN.md §2-§4)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..config import GraphConfig, load_config
+from ..errors import UnsupportedFeatureError, VkGraphError
+from ..runtime import (
+    Buffer,
+    CommandBuffer,
+    CommandPool,
+    ComputePipeline,
+    DescriptorPool,
+    DescriptorSetLayout,
+    DescriptorType,
+    Device,
+    Fence,
+    MemoryKind,
+    PipelineLayout,
+    ShaderModule,
+    Stage,
+    TimestampQueryPool,
+)
+from ..shaders import SpirvCompiler
+from .nodes import DispatchNode, PrepackNode
+from .packers import Packer, get_packer
+from .report import CommandBufferSpan, LoadReport
+from .scheduler import (
+    PrepackThresholds,
+    batches,
+    execute_cut_points,
+    prepack_cut_points,
+    reduce_peak_memory,
+)
+from .staging import StagingRing, align_up
+from .values import ArraySource, ByteSource, IOStaging, Scalar, Tensor, TensorRef, ValueRef
+
+ProgressFn = Callable[[int, int], None]  # (nodes done, nodes total)
+
+
+@dataclass
+class Kernel:
+    """A compute pipeline and its layouts, shared by every node that uses the same shader."""
+
+    set_layout: DescriptorSetLayout
+    layout: PipelineLayout
+    module: ShaderModule
+    pipeline: ComputePipeline
+
+
+class ComputeGraph:
+    """A graph of prepack nodes (pack constant weights) and dispatch nodes (the model's compute).
+
+    Without ``device`` the graph opens one from ``config.device`` and owns it. Use as a context
+    manager (or call :meth:`destroy`) to free every Vulkan object it made.
+    """
+
+    def __init__(
+        self,
+        config: GraphConfig | None = None,
+        *,
+        device: Device | None = None,
+        compiler: SpirvCompiler | None = None,
+    ):
+        self.config = config if config is not None else load_config()
+        self._owns_device = device is None
+        self.device = device or Device(self.config.device.prefer or None, validation=self.config.device.validation)
+        self.compiler = compiler or SpirvCompiler(self.config.cache.shader_cache_dir or None)
+        self.values: list[Any] = []
+        self.names: dict[str, ValueRef] = {}
+        self.prepack_nodes: list[PrepackNode] = []
+        self.execute_nodes: list[DispatchNode] = []
+        self.inputs: dict[str, IOStaging] = {}
+        self.outputs: dict[str, IOStaging] = {}
+        self._kernels: dict[tuple, Kernel] = {}
+        self._buffers: list[Buffer] = []
+        self._execute: tuple[CommandPool, DescriptorPool, list[CommandBuffer], Fence] | None = None
+        self._clock_offset_ns: float | None = None
+        self.prepacked = False
+        self.failed: str | None = None  # why an earlier prepack failed; the graph is unusable
+        self.load_report: LoadReport | None = None
+        self._legacy_run: _PrepackRun | None = None
+        limits = self.device.limits
+        self.staging_alignment = max(16, limits["minStorageBufferOffsetAlignment"])
+        self.max_groups_x = limits["maxComputeWorkGroupCount"][0]
+
+    # --- building -----------------------------------------------------------------------------
+
+    def _add(self, value: Any, name: str | None) -> ValueRef:
+        if name:
+            if name in self.names:
+                raise ValueError(f"a value named {name!r} is already in the graph")
+            self.names[name] = len(self.values)
+        self.values.append(value)
+        return len(self.values) - 1
+
+    def add_tensorref(
+        self, data: np.ndarray | ByteSource, name: str, *, shape: Sequence[int] | None = None, dtype: Any = None
+    ) -> ValueRef:
+        """A CPU constant: a numpy array (or memmap view), or a :class:`ByteSource` with
+        ``shape`` and ``dtype``."""
+        if isinstance(data, np.ndarray):
+            source: ByteSource = ArraySource(data)
+            shape, dtype = data.shape if shape is None else shape, data.dtype if dtype is None else dtype
+        else:
+            source = data
+            if shape is None or dtype is None:
+                raise ValueError(f"tensorref {name!r}: a byte source needs shape and dtype")
+        return self._add(TensorRef(name, tuple(int(s) for s in shape), np.dtype(dtype), source), name)
+
+    def add_tensor(self, shape: Sequence[int], dtype: Any, name: str | None = None) -> ValueRef:
+        """A device tensor (memory is bound when execute is encoded)."""
+        ref_name = name or f"t{len(self.values)}"
+        return self._add(Tensor(ref_name, tuple(int(s) for s in shape), np.dtype(dtype)), name)
+
+    def add_scalar(self, value: Any) -> ValueRef:
+        return self._add(Scalar(value), None)
+
+    def add_input(self, shape: Sequence[int], dtype: Any, name: str) -> ValueRef:
+        ref = self.add_tensor(shape, dtype, name)
+        self.inputs[name] = IOStaging(ref, name)
+        return ref
+
+    def set_output(self, ref: ValueRef, name: str | None = None) -> None:
+        tensor = self.values[ref]
+        self.outputs[name or tensor.name] = IOStaging(ref, name or tensor.name)
+
+    def prepack_tensor(self, src: ValueRef, packer: str | Packer = "identity", name: str | None = None) -> ValueRef:
+        """Add a prepack node packing TensorRef ``src``; returns the packed device tensor.
+        Source and destination are validated here, before any GPU work."""
+        packer = get_packer(packer)
+        ref: TensorRef = self.values[src]
+        if not isinstance(ref, TensorRef):
+            raise TypeError(f"prepack needs a TensorRef, got {type(ref).__name__}")
+        packer.validate_source(ref)
+        dst = packer.make_dst(ref, name or f"{ref.name}:{packer.name}")
+        packer.validate(ref, dst)
+        self._check_bindable(ref, dst, packer)
+        dst_ref = self._add(dst, None)
+        direct = packer.shader is None and self.device.host_visible_device_local
+        ref.readers += 1
+        self.prepack_nodes.append(PrepackNode(src, dst_ref, packer, direct))
+        return dst_ref
+
+    def _check_bindable(self, ref: TensorRef, dst: Tensor, packer: Packer) -> None:
+        most = self.device.limits["maxStorageBufferRange"]
+        if packer.shader is not None and max(ref.nbytes, dst.nbytes) > most:
+            raise UnsupportedFeatureError(
+                "vkUpdateDescriptorSets", "maxStorageBufferRange",
+                f"tensor {ref.name!r} needs {max(ref.nbytes, dst.nbytes)} bytes in one binding for packer "
+                f"{packer.name!r}; {self.device.name} binds at most {most}",
+            )
+
+    def add_dispatch(self, node: DispatchNode) -> None:
+        if self.prepacked and self._execute is not None:
+            raise VkGraphError("cannot add nodes after execute was encoded")
+        self.execute_nodes.append(node)
+
+    # --- kernels ------------------------------------------------------------------------------
+
+    def kernel(self, shader: str, bindings: int, push_nbytes: int, spec: Mapping[int, Any] | None = None,
+               defines: Mapping[str, object] | None = None) -> Kernel:
+        spec = dict(spec or {})
+        defines = dict(defines or {})
+        key = (shader, bindings, push_nbytes, tuple(sorted(spec.items())), tuple(sorted(defines.items())))
+        k = self._kernels.get(key)
+        if k is None:
+            spirv = self.compiler.compile_named(shader, defines)
+            set_layout = DescriptorSetLayout(self.device, [DescriptorType.STORAGE_BUFFER] * bindings)
+            layout = PipelineLayout(self.device, [set_layout], push_nbytes)
+            module = ShaderModule(self.device, spirv, shader)
+            pipeline = ComputePipeline(self.device, layout, module, spec)
+            k = self._kernels[key] = Kernel(set_layout, layout, module, pipeline)
+        return k
+
+    def prepare(self) -> None:
+        """Compile and create every pipeline the graph needs (before any timing starts)."""
+        for node in self.prepack_nodes:
+            if node.packer.shader is not None:
+                self.kernel(node.packer.shader, 2, 8, {0: 64})
+        for node in self.execute_nodes:
+            self.kernel(node.shader, len(node.args), len(node.push), node.spec, node.defines)
+
+    # --- memory -------------------------------------------------------------------------------
+
+    def _allocate(self, tensor: Tensor) -> Buffer:
+        buf = Buffer(self.device, tensor.nbytes, MemoryKind.DEVICE, name=tensor.name)
+        self._buffers.append(buf)
+        return buf
+
+    @property
+    def total_constant_nbytes(self) -> int:
+        return sum(self.values[n.src].nbytes for n in self.prepack_nodes)
+
+    # --- prepack ------------------------------------------------------------------------------
+
+    def _check_not_prepacked(self) -> None:
+        if self.failed:
+            raise VkGraphError(f"the graph is unusable: an earlier prepack failed ({self.failed})")
+        if self.prepacked or self._legacy_run is not None:
+            raise VkGraphError("the graph is already prepacked")
+
+    def _abandon(self, run: _PrepackRun | None, exc: BaseException) -> None:
+        """After a failed prepack: free the run and every weight packed so far."""
+        self.failed = f"{type(exc).__name__}: {exc}"
+        if run is not None:
+            run.close()
+        for v in self.values:
+            if isinstance(v, Tensor) and v.constant and v.buffer is not None:
+                v.buffer.destroy()
+                v.buffer = None
+
+    def encode_prepack(self) -> None:
+        """Legacy path, step 1: encode every prepack node into one command buffer (not submitted)."""
+        self._check_not_prepacked()
+        self.prepare()
+        run = None
+        try:
+            run = _PrepackRun(self, "legacy", [range(len(self.prepack_nodes))])
+            run.encode(0)
+        except BaseException as exc:
+            self._abandon(run, exc)
+            raise
+        self._legacy_run = run
+
+    def prepack(self) -> LoadReport:
+        """Legacy path, step 2: submit the one command buffer and wait. Encodes first if needed."""
+        if self._legacy_run is None:
+            self.encode_prepack()
+        run, self._legacy_run = self._legacy_run, None
+        try:
+            run.submit(0)
+            return self._finish(run)
+        except BaseException as exc:
+            self._abandon(run, exc)
+            raise
+
+    def run_prepack(self, progress: ProgressFn | None = None) -> LoadReport:
+        """Staged prepack (DESIGN.md §4): command buffers cut by the scheduler, submitted without
+        waiting while the CPU stages the next batch; reduce-peak mode waits at every cut."""
+        self._check_not_prepacked()
+        self.prepare()
+        sizes = [n.staging_nbytes(self) for n in self.prepack_nodes]
+        cuts = prepack_cut_points(sizes, PrepackThresholds.from_config(self.config))
+        mode = "reduce-peak" if reduce_peak_memory(self.config, self.total_constant_nbytes) else "staged"
+        run = None
+        try:
+            run = _PrepackRun(self, mode, batches(len(sizes), cuts), progress)
+            for b in range(len(run.plan)):
+                run.encode(b)
+                run.submit(b)
+                if mode == "reduce-peak":
+                    run.wait(b)
+            return self._finish(run)
+        except BaseException as exc:
+            self._abandon(run, exc)
+            raise
+
+    def _finish(self, run: _PrepackRun) -> LoadReport:
+        report = run.finish()
+        self.prepacked = True
+        self.load_report = report
+        return report
+
+    def clock_offset_ns(self) -> float:
+        """host perf_counter_ns - device timestamp ns, measured once (error < half a round trip)."""
+        if self._clock_offset_ns is None:
+            with TimestampQueryPool(self.device, 1) as qp, CommandPool(self.device) as pool, Fence(self.device) as fence:
+                (cmd,) = pool.allocate()
+                cmd.begin(one_time=True)
+                cmd.reset_query_pool(qp)
+                cmd.write_timestamp(qp, 0, Stage.BOTTOM_OF_PIPE)
+                cmd.end()
+                t0 = time.perf_counter_ns()
+                self.device.submit([cmd], fence)
+                fence.wait()
+                t1 = time.perf_counter_ns()
+                (dev_ns,) = qp.results_ns()
+            self._clock_offset_ns = (t0 + t1) / 2 - dev_ns
+        return self._clock_offset_ns
+
+    # --- execute ------------------------------------------------------------------------------
+
+    def encode_execute(self) -> None:
+        """Bind memory for every non-constant tensor and IO staging, and record the execute
+        command buffers once (split by the execute thresholds)."""
+        if not self.prepacked:
+            raise VkGraphError("prepack the graph (run_prepack() or prepack()) before encoding execute")
+        if self._execute is not None:
+            return
+        self.prepare()
+        for v in self.values:
+            if isinstance(v, Tensor) and v.buffer is None and not v.constant:
+                v.buffer = self._allocate(v)
+        for io, kind in [(s, MemoryKind.UPLOAD) for s in self.inputs.values()] + \
+                        [(s, MemoryKind.READBACK) for s in self.outputs.values()]:
+            t = self.values[io.tensor]
+            io.buffer = Buffer(self.device, t.nbytes, kind, name=f"{io.name} staging")
+            self._buffers.append(io.buffer)
+
+        nodes = self.execute_nodes
+        pool = CommandPool(self.device)
+        dpool = None
+        try:
+            dpool = DescriptorPool(self.device, max(1, len(nodes)),
+                                   {DescriptorType.STORAGE_BUFFER: max(1, sum(len(n.args) for n in nodes))})
+            plan = batches(len(nodes), execute_cut_points(len(nodes), self.config)) or [range(0)]
+            cmds = pool.allocate(len(plan))
+            for i, (cmd, batch) in enumerate(zip(cmds, plan)):
+                cmd.begin()
+                if i == 0:
+                    for io in self.inputs.values():
+                        cmd.copy_buffer(io.buffer, self.values[io.tensor].buffer)
+                    cmd.compute_barrier()
+                for n in batch:
+                    nodes[n].encode(self, cmd, dpool)
+                if i == len(plan) - 1:
+                    for io in self.outputs.values():
+                        cmd.copy_buffer(self.values[io.tensor].buffer, io.buffer)
+                    cmd.host_read_barrier()
+                cmd.end()
+            self._execute = (pool, dpool, cmds, Fence(self.device))
+        except BaseException:
+            if dpool is not None:
+                dpool.destroy()
+            pool.destroy()
+            raise
+
+    def copy_into_staging(self, name: str, array: np.ndarray) -> None:
+        io = self.inputs.get(name)
+        if io is None:
+            raise KeyError(f"no graph input named {name!r}; inputs: {', '.join(self.inputs) or '-'}")
+        t: Tensor = self.values[io.tensor]
+        a = np.asarray(array)
+        if a.shape != t.shape or a.dtype != t.dtype:
+            raise ValueError(f"input {name!r} needs shape {t.shape} and dtype {t.dtype}, got {a.shape} {a.dtype}")
+        io.buffer.write(a)
+
+    def copy_from_staging(self, name: str) -> np.ndarray:
+        io = self.outputs[name]
+        t: Tensor = self.values[io.tensor]
+        return io.buffer.read(t.dtype, int(np.prod(t.shape))).reshape(t.shape)
+
+    def execute(self, inputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Run the recorded command buffers on ``inputs``; returns every output by name."""
+        self.encode_execute()
+        inputs = dict(inputs or {})
+        missing = set(self.inputs) - set(inputs)
+        if missing:
+            raise KeyError(f"missing graph inputs: {', '.join(sorted(missing))}")
+        for name, array in inputs.items():
+            self.copy_into_staging(name, array)
+        _pool, _dpool, cmds, fence = self._execute
+        fence.reset()
+        self.device.submit(cmds, fence)
+        fence.wait()
+        return {name: self.copy_from_staging(name) for name in self.outputs}
+
+    @property
+    def execute_command_buffers(self) -> int:
+        return len(self._execute[2]) if self._execute else 0
+
+    def read_tensor(self, ref: ValueRef) -> np.ndarray:
+        """The raw bytes of a device tensor (for checks; uses a readback copy)."""
+        t: Tensor = self.values[ref]
+        if t.buffer is None:
+            raise VkGraphError(f"tensor {t.name!r} has no memory yet")
+        if t.buffer.host_visible:
+            return t.buffer.read(np.uint8, t.nbytes)
+        with Buffer(self.device, t.nbytes, MemoryKind.READBACK) as rb, CommandPool(self.device) as pool, \
+                Fence(self.device) as fence:
+            (cmd,) = pool.allocate()
+            cmd.begin(one_time=True)
+            cmd.compute_barrier()
+            cmd.copy_buffer(t.buffer, rb, t.nbytes)
+            cmd.host_read_barrier()
+            cmd.end()
+            self.device.submit([cmd], fence)
+            fence.wait()
+            return rb.read(np.uint8, t.nbytes)
+
+    # --- teardown -----------------------------------------------------------------------------
+
+    def destroy(self) -> None:
+        """Free everything the graph made (and its device, if it opened one). Idempotent."""
+        if self.device.alive:
+            self.device.wait_idle()
+        if self._legacy_run is not None:
+            self._legacy_run.close()
+            self._legacy_run = None
+        if self._execute is not None:
+            pool, dpool, _cmds, fence = self._execute
+            fence.destroy()
+            dpool.destroy()
+            pool.destroy()
+            self._execute = None
+        for buf in self._buffers:
+            buf.destroy()
+        self._buffers.clear()
+        for v in self.values:
+            if isinstance(v, Tensor):
+                v.buffer = None
+        for k in self._kernels.values():
+            for obj in (k.pipeline, k.module, k.layout, k.set_layout):
+                obj.destroy()
+        self._kernels.clear()
+        if self._owns_device:
+            self.device.destroy()
+
+    def __enter__(self) -> ComputeGraph:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+
+class _PrepackRun:
+    """The state of one prepack: plan, staging, command buffers, fences, timings."""
+
+    def __init__(self, graph: ComputeGraph, mode: str, plan: list[range], progress: ProgressFn | None = None):
+        self.graph = graph
+        self.mode = mode
+        self.plan = plan
+        self.progress = progress
+        dev = graph.device
+        nodes = graph.prepack_nodes
+        align = graph.staging_alignment
+        self.batch_nbytes = [sum(align_up(nodes[i].staging_nbytes(graph), align) for i in b) for b in plan]
+        total = sum(self.batch_nbytes)
+        if mode == "legacy":
+            capacity = total  # all staging alive at once
+        elif mode == "reduce-peak":
+            capacity = max(self.batch_nbytes, default=0)  # one batch, reused after each wait
+        else:
+            capacity = min(graph.config.effective("prepack.staging_ring_nbytes"), total)
+        self.t0 = time.perf_counter()
+        self.device_base = dev.allocated_nbytes
+        dev.peak_allocated_nbytes = dev.allocated_nbytes
+        self.report = LoadReport(mode, len(nodes), graph.total_constant_nbytes,
+                                 sum(n.staging_nbytes(graph) for n in nodes))
+        self.cmds: list[CommandBuffer | None] = [None] * len(plan)
+        self.fences: list[Fence | None] = [None] * len(plan)
+        self.regions: list = [None] * len(plan)
+        self.done = 0
+        self.ring = self.pool = self.dpool = self.queries = None
+        try:
+            self.ring = StagingRing(dev, capacity, align) if total else None
+            self.pool = CommandPool(dev, transient=True)
+            shader_nodes = sum(1 for n in nodes if n.packer.shader is not None and not n.direct)
+            self.dpool = DescriptorPool(dev, max(1, shader_nodes),
+                                        {DescriptorType.STORAGE_BUFFER: max(2, 2 * shader_nodes)})
+            if dev.physical.timestamps_supported and plan:
+                self.queries = TimestampQueryPool(dev, 2 * len(plan))
+        except BaseException:
+            self.close()
+            raise
+
+    def encode(self, b: int) -> None:
+        g = self.graph
+        region = self.ring.reserve(self.batch_nbytes[b]) if self.ring and self.batch_nbytes[b] else None
+        cpu0 = time.perf_counter()
+        (cmd,) = self.pool.allocate()
+        cmd.begin(one_time=True)
+        if self.queries:
+            cmd.reset_query_pool(self.queries, 2 * b, 2)
+            cmd.write_timestamp(self.queries, 2 * b, Stage.TOP_OF_PIPE)
+        dispatches = 0
+        for i in self.plan[b]:
+            node = g.prepack_nodes[i]
+            dispatches += node.encode(g, cmd, region, self.dpool)
+            self.report.direct_writes += node.direct
+            self.done += 1
+            if self.progress:
+                self.progress(self.done, len(g.prepack_nodes))
+        cmd.compute_barrier()  # packed weights become visible to later dispatches and copies
+        if self.queries:
+            cmd.write_timestamp(self.queries, 2 * b + 1, Stage.BOTTOM_OF_PIPE)
+        cmd.end()
+        self.cmds[b], self.regions[b] = cmd, region
+        self.report.packing_dispatches += dispatches
+        self.report.spans.append(CommandBufferSpan(
+            b, len(self.plan[b]), sum(g.prepack_nodes[i].staging_nbytes(g) for i in self.plan[b]),
+            dispatches, cpu0 - self.t0, 0.0))
+
+    def submit(self, b: int) -> None:
+        fence = self.fences[b] = Fence(self.graph.device)
+        self.graph.device.submit([self.cmds[b]], fence)
+        if self.regions[b] is not None:
+            self.ring.attach(self.regions[b], fence)
+        span = self.report.spans[b]
+        span.cpu_end_s = time.perf_counter() - self.t0
+        self.report.cpu_encode_s += span.cpu_end_s - span.cpu_start_s
+
+    def _wait_fence(self, fence: Fence) -> None:
+        if not fence.is_signaled():
+            w0 = time.perf_counter()
+            fence.wait()
+            self.report.waits.append((w0 - self.t0, time.perf_counter() - self.t0))
+
+    def wait(self, b: int) -> None:
+        self._wait_fence(self.fences[b])
+
+    def finish(self) -> LoadReport:
+        for f in self.fences:
+            if f is not None:
+                self._wait_fence(f)
+        r = self.report
+        r.load_s = time.perf_counter() - self.t0
+        dev = self.graph.device
+        r.peak_device_nbytes = dev.peak_allocated_nbytes - self.device_base
+        if self.ring:
+            r.peak_staging_nbytes = self.ring.peak_nbytes
+            r.waits.extend((w0 - self.t0, w1 - self.t0) for w0, w1 in self.ring.waits)
+        r.waits.sort()
+        r.fence_wait_s = sum(w1 - w0 for w0, w1 in r.waits)
+        if self.queries:
+            offset_s = self.graph.clock_offset_ns() / 1e9 - self.t0
+            ts = self.queries.results_ns()
+            for span in r.spans:
+                span.gpu_start_s = ts[2 * span.index] / 1e9 + offset_s
+                span.gpu_end_s = ts[2 * span.index + 1] / 1e9 + offset_s
+        self.close()
+        return r
+
+    def close(self) -> None:
+        """Free the run's objects (waiting for its work first). Safe after a failure."""
+        dev = self.graph.device
+        if dev.alive:
+            dev.wait_idle()
+        if self.ring is not None:  # before the fences it checks
+            self.ring.destroy()
+            self.ring = None
+        for obj in (*self.fences, self.queries, self.dpool, self.pool):
+            if obj is not None:
+                obj.destroy()

@@ -1,0 +1,125 @@
+"""Packers: how a TensorRef's bytes become a packed device tensor.
+
+A packer describes the destination (shape, layout, packed size), validates that source and
+destination agree before any GPU work, and names the packing shader (None: no shader).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import ClassVar
+
+import numpy as np
+
+from ..errors import PrepackMismatchError
+from .values import Tensor, TensorRef
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+class Packer:
+    """Base packer: the destination has the source's shape and bytes."""
+
+    name: ClassVar[str] = ""
+    shader: ClassVar[str | None] = None
+    layout: ClassVar[str] = "contiguous"
+
+    def dst_shape(self, src: TensorRef) -> tuple[int, ...]:
+        return src.shape
+
+    def packed_nbytes(self, src: TensorRef) -> int:
+        return _numel(src.shape) * src.dtype.itemsize
+
+    def push_constants(self, src: TensorRef) -> bytes:
+        return b""
+
+    def work_items(self, dst: Tensor) -> int:
+        """Invocations the packing shader needs (one per 32-bit word written)."""
+        return dst.nbytes // 4
+
+    def make_dst(self, src: TensorRef, name: str) -> Tensor:
+        return Tensor(name, self.dst_shape(src), src.dtype, self.layout, self.packed_nbytes(src), constant=True)
+
+    def validate_source(self, src: TensorRef) -> None:
+        """Raise :class:`PrepackMismatchError` naming the tensor unless this packer accepts src."""
+        declared = _numel(src.shape) * src.dtype.itemsize
+        if src.nbytes != declared:
+            self._mismatch(src, f"its source holds {src.nbytes} bytes but shape {src.shape} x "
+                                f"{src.dtype} needs {declared}")
+
+    def validate(self, src: TensorRef, dst: Tensor) -> None:
+        """Raise :class:`PrepackMismatchError` naming the tensor unless src and dst agree."""
+        self.validate_source(src)
+        if dst.dtype.itemsize != src.dtype.itemsize:
+            self._mismatch(src, f"element size {src.dtype.itemsize} B (source {src.dtype}) != "
+                                f"{dst.dtype.itemsize} B (destination {dst.dtype})")
+        if tuple(dst.shape) != tuple(self.dst_shape(src)):
+            self._mismatch(src, f"destination dims {tuple(dst.shape)} != {tuple(self.dst_shape(src))} "
+                                f"expected by packer {self.name!r} for source dims {src.shape}")
+        if dst.nbytes != self.packed_nbytes(src):
+            self._mismatch(src, f"destination holds {dst.nbytes} bytes, packer {self.name!r} "
+                                f"writes {self.packed_nbytes(src)}")
+
+    def _mismatch(self, src: TensorRef, why: str) -> None:
+        raise PrepackMismatchError(f"cannot prepack tensor {src.name!r} with packer {self.name!r}: {why}")
+
+
+class IdentityPacker(Packer):
+    """Same bytes, same layout: no shader. Written straight into the destination's memory when
+    device-local memory is host-visible, one vkCmdCopyBuffer from staging otherwise."""
+
+    name = "identity"
+
+
+class _Words2D(Packer):
+    """Packers that move 32-bit words of a 2-D matrix."""
+
+    def validate_source(self, src: TensorRef) -> None:
+        if len(src.shape) != 2:
+            self._mismatch(src, f"needs a 2-D source, got dims {src.shape}")
+        if src.dtype.itemsize != 4:
+            self._mismatch(src, f"needs 4-byte elements, got {src.dtype}")
+        super().validate_source(src)
+
+
+class TransposedPacker(_Words2D):
+    """``dst[c][r] = src[r][c]``."""
+
+    name = "transposed"
+    shader = "pack_transpose"
+
+    def dst_shape(self, src: TensorRef) -> tuple[int, ...]:
+        rows, cols = src.shape
+        return (cols, rows)
+
+    def push_constants(self, src: TensorRef) -> bytes:
+        return struct.pack("<II", *src.shape)
+
+
+class Linear4x4Packer(_Words2D):
+    """An fp32 linear weight ``[N, K]`` in zero-padded 4x4 blocks (see glsl/pack_linear_4x4.glsl)."""
+
+    name = "linear_4x4"
+    shader = "pack_linear_4x4"
+    layout = "linear_4x4"
+
+    def packed_nbytes(self, src: TensorRef) -> int:
+        n, k = src.shape
+        return ((n + 3) // 4) * ((k + 3) // 4) * 16 * 4
+
+    def push_constants(self, src: TensorRef) -> bytes:
+        return struct.pack("<II", *src.shape)
+
+
+PACKERS: dict[str, Packer] = {p.name: p for p in (IdentityPacker(), TransposedPacker(), Linear4x4Packer())}
+
+
+def get_packer(packer: str | Packer) -> Packer:
+    if isinstance(packer, Packer):
+        return packer
+    try:
+        return PACKERS[packer]
+    except KeyError:
+        raise ValueError(f"unknown packer {packer!r}; known: {', '.join(PACKERS)}") from None

@@ -1,0 +1,128 @@
+"""Staging memory for prepack: a ring of reusable host-visible memory.
+
+Each command buffer (batch) reserves one contiguous region for the bytes its nodes stage. A
+region is reused only after the fence of the batch that read it has signalled; the CPU waits
+(on the oldest batch first) only when a new reservation would overlap a live region, i.e. when
+the ring is full. A batch larger than the whole ring gets a buffer of its own, freed when its
+fence signals.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..runtime import Buffer, BufferUsage, Device, Fence, MemoryKind
+
+
+def align_up(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+@dataclass
+class StagingRegion:
+    buffer: Buffer
+    offset: int
+    nbytes: int
+    used: int = 0
+
+    def take(self, nbytes: int, alignment: int) -> int:
+        """Offset (in ``buffer``) of the next ``nbytes`` of this region."""
+        start = align_up(self.used, alignment)
+        if start + nbytes > self.nbytes:
+            raise AssertionError(f"staging region of {self.nbytes} bytes overflows ({start} + {nbytes})")
+        self.used = start + nbytes
+        return self.offset + start
+
+    def write(self, data: np.ndarray, alignment: int) -> int:
+        offset = self.take(data.nbytes, alignment)
+        self.buffer.write(data, offset)
+        return offset
+
+
+STAGING_USAGE = BufferUsage.STORAGE | BufferUsage.TRANSFER_SRC
+
+
+class StagingRing:
+    """``capacity`` bytes of host-visible staging, reused as batches complete."""
+
+    def __init__(self, device: Device, capacity: int, alignment: int):
+        self.device = device
+        self.alignment = alignment
+        self.capacity = align_up(max(capacity, alignment), alignment)
+        self.buffer = Buffer(device, self.capacity, MemoryKind.UPLOAD, STAGING_USAGE, name="staging ring")
+        self._head = 0
+        self._live: deque[tuple[int, int, Fence | None]] = deque()  # (start, end, fence)
+        self._own: list[tuple[Buffer, Fence | None]] = []  # oversized batches' buffers
+        self.live_nbytes = self.capacity
+        self.peak_nbytes = self.capacity
+        self.waits: list[tuple[float, float]] = []  # perf_counter spans the CPU blocked
+
+    def reserve(self, nbytes: int) -> StagingRegion:
+        """A region for a batch staging ``nbytes`` (padded for per-node alignment by the caller)."""
+        nbytes = align_up(max(nbytes, 1), self.alignment)
+        self._collect_own()
+        if nbytes > self.capacity:
+            buf = Buffer(self.device, nbytes, MemoryKind.UPLOAD, STAGING_USAGE, name="staging (oversized batch)")
+            self._own.append((buf, None))
+            self.live_nbytes += buf.nbytes
+            self.peak_nbytes = max(self.peak_nbytes, self.live_nbytes)
+            return StagingRegion(buf, 0, nbytes)
+        while True:
+            start = self._head if self._head + nbytes <= self.capacity else 0
+            end = start + nbytes
+            if not any(s < end and start < e for s, e, _ in self._live):
+                break
+            self._retire_oldest()
+        self._live.append((start, end, None))
+        self._head = end
+        return StagingRegion(self.buffer, start, nbytes)
+
+    def attach(self, region: StagingRegion, fence: Fence) -> None:
+        """The batch that uses ``region`` was submitted with ``fence``."""
+        if region.buffer is not self.buffer:
+            self._own = [(b, fence if b is region.buffer else f) for b, f in self._own]
+            return
+        for i, (s, e, f) in enumerate(self._live):
+            if s == region.offset and f is None:
+                self._live[i] = (s, e, fence)
+                return
+        raise AssertionError("attach: region not reserved")
+
+    def _wait(self, fence: Fence) -> None:
+        if not fence.is_signaled():
+            t0 = time.perf_counter()
+            fence.wait()
+            self.waits.append((t0, time.perf_counter()))
+
+    def _retire_oldest(self) -> None:
+        s, e, fence = self._live.popleft()
+        if fence is None:
+            raise AssertionError("the staging ring is full of regions that were never submitted")
+        self._wait(fence)
+
+    def _collect_own(self) -> None:
+        keep = []
+        for buf, fence in self._own:
+            if fence is not None and fence.is_signaled():
+                self.live_nbytes -= buf.nbytes
+                buf.destroy()
+            else:
+                keep.append((buf, fence))
+        self._own = keep
+
+    def destroy(self) -> None:
+        for _buf, fence in self._own:
+            if fence is not None:
+                self._wait(fence)
+        for _s, _e, fence in self._live:
+            if fence is not None:
+                self._wait(fence)
+        for buf, _ in self._own:
+            buf.destroy()
+        self._own.clear()
+        self._live.clear()
+        self.buffer.destroy()

@@ -1,0 +1,123 @@
+"""Graph values: CPU constants (:class:`TensorRef`), device tensors (:class:`Tensor`) and scalars,
+all referenced by integer refs into the graph's value table."""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from ..runtime import Buffer
+
+ValueRef = int
+
+
+class ByteSource(Protocol):
+    """Where a TensorRef's bytes come from. ``read()`` may be called once per prepack node;
+    ``release()`` is called after the last one, so file pages can be dropped from memory."""
+
+    nbytes: int
+
+    def read(self) -> np.ndarray: ...  # uint8, C-contiguous
+
+    def release(self) -> None: ...
+
+
+class ArraySource:
+    """Bytes of a numpy array (or a view of a memory map). ``release()`` drops the reference,
+    and for a view of a file mapping tells the kernel the pages are no longer needed."""
+
+    def __init__(self, array: np.ndarray, mapping: mmap.mmap | None = None, offset: int = 0):
+        self._array: np.ndarray | None = np.ascontiguousarray(array)
+        self.nbytes = self._array.nbytes
+        self._mapping = mapping
+        self._offset = offset
+
+    def read(self) -> np.ndarray:
+        if self._array is None:
+            raise ValueError("the source was released after its last prepack node")
+        return self._array.reshape(-1).view(np.uint8)
+
+    def release(self) -> None:
+        self._array = None
+        if self._mapping is not None and self.nbytes:
+            # Drop this tensor's pages from the process: they are clean file pages, so the
+            # kernel can discard them (a later read would fault them back in from the file).
+            page = mmap.PAGESIZE
+            start = self._offset - self._offset % page
+            end = self._offset + self.nbytes
+            try:
+                self._mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except (ValueError, OSError):
+                pass  # the mapping was closed, or madvise is unsupported: nothing to release
+            self._mapping = None
+
+
+class LazySource:
+    """Bytes produced by a callable only when the prepack node is encoded."""
+
+    def __init__(self, nbytes: int, load: Callable[[], np.ndarray], release: Callable[[], None] | None = None):
+        self.nbytes = nbytes
+        self._load = load
+        self._release = release
+
+    def read(self) -> np.ndarray:
+        data = np.ascontiguousarray(self._load()).reshape(-1).view(np.uint8)
+        if data.nbytes != self.nbytes:
+            raise ValueError(f"lazy source produced {data.nbytes} bytes, expected {self.nbytes}")
+        return data
+
+    def release(self) -> None:
+        if self._release is not None:
+            self._release()
+
+
+@dataclass
+class TensorRef:
+    """A CPU constant: name, shape, dtype and a source of bytes."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    source: ByteSource
+    readers: int = 0  # prepack nodes that still have to read it
+
+    @property
+    def nbytes(self) -> int:
+        return self.source.nbytes
+
+
+@dataclass
+class Tensor:
+    """A device tensor. ``layout`` names how its bytes are arranged (``"contiguous"`` or a packed
+    layout such as ``"linear_4x4"``); ``nbytes`` is the packed size. ``buffer`` is bound lazily:
+    weights just before their packing dispatch, everything else when execute is encoded."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    layout: str = "contiguous"
+    nbytes: int = 0
+    constant: bool = False  # a prepacked weight
+    buffer: Buffer | None = None
+
+    def __post_init__(self) -> None:
+        if not self.nbytes:
+            self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass
+class Scalar:
+    value: Any
+
+
+@dataclass
+class IOStaging:
+    """Host-visible staging for a graph input or output."""
+
+    tensor: ValueRef
+    name: str
+    buffer: Buffer | None = None
+    extra: dict = field(default_factory=dict)
