@@ -1,0 +1,137 @@
+"""Layer 3: op builders. Each adds the prepack nodes its weights need and its dispatch nodes,
+and returns the ref of its output tensor. ``REGISTRY`` maps op names to builders."""
+
+from __future__ import annotations
+
+import struct
+from typing import Callable
+
+import numpy as np
+
+from ..graph.compute_graph import ComputeGraph
+from ..graph.nodes import DispatchNode, dispatch_groups
+from ..graph.values import Tensor, TensorRef, ValueRef
+
+LOCAL_SIZE = 64
+
+REGISTRY: dict[str, Callable[..., ValueRef]] = {}
+
+
+def register(fn: Callable[..., ValueRef]) -> Callable[..., ValueRef]:
+    REGISTRY[fn.__name__] = fn
+    return fn
+
+
+def _tensor(g: ComputeGraph, ref: ValueRef, what: str) -> Tensor:
+    t = g.values[ref]
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{what} must be a device tensor, got {type(t).__name__}")
+    if t.dtype != np.float32:
+        raise TypeError(f"{what} {t.name!r} must be float32, got {t.dtype}")
+    return t
+
+
+def _weight(g: ComputeGraph, ref: ValueRef, packer: str) -> ValueRef:
+    """A packed device tensor for ``ref``: packs a TensorRef, passes a device tensor through."""
+    return g.prepack_tensor(ref, packer) if isinstance(g.values[ref], TensorRef) else ref
+
+
+def _groups(g: ComputeGraph, work: int) -> tuple[int, int, int]:
+    return (dispatch_groups(work, LOCAL_SIZE, g.max_groups_x), 1, 1)
+
+
+@register
+def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None) -> ValueRef:
+    """``y = x @ weight.T (+ bias)``; ``weight`` is ``[out_features, in_features]``, packed 4x4."""
+    xt = _tensor(g, x, "linear input")
+    w = g.values[weight]
+    if len(xt.shape) != 2 or len(w.shape) != 2 or w.shape[1] != xt.shape[1]:
+        raise ValueError(f"linear: input {xt.shape} and weight {w.shape} do not fit ([M, K] x [N, K])")
+    (m, k), n = xt.shape, w.shape[0]
+    args = [None, x, _weight(g, weight, "linear_4x4")]
+    if bias is not None:
+        if tuple(g.values[bias].shape) != (n,):
+            raise ValueError(f"linear: bias {g.values[bias].shape} does not match {n} output features")
+        args.append(_weight(g, bias, "identity"))
+    y = g.add_tensor((m, n), np.float32)
+    args[0] = y
+    g.add_dispatch(DispatchNode("linear_4x4", args, struct.pack("<III", m, n, k), {0: LOCAL_SIZE},
+                                _groups(g, m * ((n + 3) // 4)), {"HAS_BIAS": int(bias is not None)}))
+    return y
+
+
+def _binary(g: ComputeGraph, a: ValueRef, b: ValueRef, op: int, name: str) -> ValueRef:
+    at = _tensor(g, a, f"{name} input a")
+    b = _weight(g, b, "identity")
+    bt = _tensor(g, b, f"{name} input b")
+    na, nb = at.nbytes // 4, bt.nbytes // 4
+    if not (bt.shape == at.shape or (len(bt.shape) == 1 and bt.shape[0] == at.shape[-1])):
+        raise ValueError(f"{name}: b {bt.shape} must match a {at.shape} or its last dimension")
+    out = g.add_tensor(at.shape, np.float32)
+    g.add_dispatch(DispatchNode("binary", [out, a, b], struct.pack("<II", na, nb), {0: LOCAL_SIZE},
+                                _groups(g, na), {"OP": op}))
+    return out
+
+
+@register
+def add(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
+    return _binary(g, a, b, 0, "add")
+
+
+@register
+def sub(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
+    return _binary(g, a, b, 1, "sub")
+
+
+@register
+def mul(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
+    return _binary(g, a, b, 2, "mul")
+
+
+def _unary(g: ComputeGraph, a: ValueRef, op: int, name: str) -> ValueRef:
+    at = _tensor(g, a, f"{name} input")
+    out = g.add_tensor(at.shape, np.float32)
+    n = at.nbytes // 4
+    g.add_dispatch(DispatchNode("unary", [out, a], struct.pack("<I", n), {0: LOCAL_SIZE}, _groups(g, n), {"OP": op}))
+    return out
+
+
+@register
+def silu(g: ComputeGraph, a: ValueRef) -> ValueRef:
+    return _unary(g, a, 0, "silu")
+
+
+@register
+def relu(g: ComputeGraph, a: ValueRef) -> ValueRef:
+    return _unary(g, a, 1, "relu")
+
+
+@register
+def rms_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, eps: float = 1e-6) -> ValueRef:
+    """RMSNorm over the last dimension of a ``[M, D]`` tensor, scaled by ``weight[D]``."""
+    xt = _tensor(g, x, "rms_norm input")
+    m, d = xt.shape
+    if tuple(g.values[weight].shape) != (d,):
+        raise ValueError(f"rms_norm: weight {g.values[weight].shape} does not match dimension {d}")
+    out = g.add_tensor((m, d), np.float32)
+    g.add_dispatch(DispatchNode("rms_norm", [out, x, _weight(g, weight, "identity")],
+                                struct.pack("<IIf", m, d, eps), {0: LOCAL_SIZE},
+                                (min(m, g.max_groups_x), 1, 1)))
+    return out
+
+
+@register
+def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
+    """Rows of ``table[V, D]`` for int32 ``ids[T]`` (ids outside [0, V) give zero rows)."""
+    it = g.values[ids]
+    if it.dtype != np.int32 or len(it.shape) != 1:
+        raise TypeError(f"embedding ids must be a 1-D int32 tensor, got {it.shape} {it.dtype}")
+    v, d = g.values[table].shape
+    t = it.shape[0]
+    out = g.add_tensor((t, d), np.float32)
+    g.add_dispatch(DispatchNode("embedding", [out, ids, _weight(g, table, "identity")],
+                                struct.pack("<III", t, d, v), {0: LOCAL_SIZE}, _groups(g, t * d)))
+    return out
+
+
+__all__ = ["REGISTRY", "add", "embedding", "linear", "mul", "register", "relu", "rms_norm", "silu", "sub"]
