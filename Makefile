@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 
 demo: install
 	$(BIN)/vkgraph info
-	$(BIN)/vkgraph smoke
+	$(BIN)/vkgraph run
 
 # The packages installed above include lavapipe, so a missing device is a failure, not a skip.
 test: install

@@ -76,6 +76,38 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from .bench import load_synthetic
+
+    mode = "reduce-peak" if args.reduce_peak else "staged"
+    print(f"loading {args.model} ({mode}, config {args.config or 'configs/default.toml'})")
+    r = load_synthetic(args.model, mode, args.config, trace=args.trace, progress=True)
+    if args.json:
+        print(json.dumps({"model": r.model, "output_ok": r.output_ok, "load": r.report.to_dict(),
+                          "peak_rss_delta_nbytes": r.peak_rss_delta_nbytes}, indent=2))
+    else:
+        print(r.report.format_table())
+        print(f"{'peak RSS delta':<18}  {r.peak_rss_delta_nbytes / 2**20:.1f} MiB")
+        print(f"forward pass vs numpy: max |error| {r.max_abs_error:.2e} -> {'OK' if r.output_ok else 'MISMATCH'}")
+        if args.trace:
+            print(f"trace written to {args.trace} (open in Perfetto or chrome://tracing)")
+    return 0 if r.output_ok else 1
+
+
+def cmd_bench_load(args: argparse.Namespace) -> int:
+    from .bench import bench_json, load_synthetic
+
+    r = load_synthetic(args.model, args.mode, args.config, trace=args.trace)
+    out = bench_json(r)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        width = max(map(len, out))
+        for k, v in out.items():
+            print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    return 0 if r.output_ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vkgraph", description=__doc__)
     p.add_argument("--version", action="version", version=f"vkgraph {__version__}")
@@ -91,6 +123,24 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("-n", type=int, default=1_000_003, help="number of floats (default 1000003)")
     smoke.add_argument("--seed", type=int, default=0)
     smoke.set_defaults(fn=cmd_smoke)
+
+    run = sub.add_parser("run", help="the main job: load a model with staged prepack, run it, check it")
+    run.add_argument("--model", default="synthetic:256", help="synthetic:<MB> (default synthetic:256)")
+    run.add_argument("--config", help="TOML config (default configs/default.toml)")
+    run.add_argument("--reduce-peak", action="store_true", help="ET-VK's reduce-peak-memory mode")
+    run.add_argument("--trace", help="write a Chrome trace of the load to this file")
+    run.add_argument("--json", action="store_true")
+    run.set_defaults(fn=cmd_run)
+
+    bench = sub.add_parser("bench", help="benchmarks (numbers, never pass/fail timing)")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    bl = bench_sub.add_parser("load", help="one model load in this process")
+    bl.add_argument("--model", default="synthetic:256")
+    bl.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], default="staged")
+    bl.add_argument("--config", help="TOML config (default configs/default.toml)")
+    bl.add_argument("--trace", help="write a Chrome trace of the load to this file")
+    bl.add_argument("--json", action="store_true")
+    bl.set_defaults(fn=cmd_bench_load)
     return p
 
 
@@ -98,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except VkGraphError as exc:
+    except (VkGraphError, ValueError, OSError) as exc:
         print(f"vkgraph: error: {exc}", file=sys.stderr)
         return 1
 

@@ -1,0 +1,116 @@
+"""Load benchmark and the main job: one model load per call, with the numbers it produced."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .config import GraphConfig, load_config
+from .graph.compute_graph import ComputeGraph
+from .graph.report import LoadReport
+from .models import synthetic
+from .models.safetensors import SafetensorsFile
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+MODES = ("legacy", "staged", "reduce-peak")
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+class PeakRss:
+    """Peak resident memory over a span minus resident memory at its start (Linux: VmHWM,
+    reset through /proc/self/clear_refs)."""
+
+    def __enter__(self) -> PeakRss:
+        self.before = _status_kib("VmRSS")
+        try:
+            Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to now
+            self.exact = True
+        except OSError:
+            self.exact = False  # the HWM then covers the whole process lifetime
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.delta = _status_kib("VmHWM") - self.before
+
+
+def terminal_progress(label: str) -> Callable[[int, int], None] | None:
+    """A one-line progress bar on stderr when it is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} nodes")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def config_for(mode: str, path: str | None) -> GraphConfig:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    cfg = load_config(path or CONFIG_DIR / "default.toml")
+    return cfg.replace(prepack__reduce_peak_memory=(mode == "reduce-peak"))
+
+
+@dataclass
+class LoadResult:
+    model: str
+    report: LoadReport
+    peak_rss_delta_nbytes: int
+    output_ok: bool
+    max_abs_error: float
+
+
+def load_synthetic(model: str, mode: str, config_path: str | None = None, *, trace: str | None = None,
+                   progress: bool = False) -> LoadResult:
+    """Build ``synthetic:<MB>``, prepack it in ``mode`` (timed, RSS measured), run the forward
+    pass once and check it against numpy."""
+    mb = synthetic.parse_model_name(model)
+    if mb is None:
+        raise ValueError(f"unknown model {model!r}; this build knows synthetic:<MB>")
+    spec = synthetic.SyntheticSpec.for_size(mb)
+    cfg = config_for(mode, config_path)
+    path = synthetic.weights_path(spec)  # generated before anything is measured
+    with SafetensorsFile(path) as st, ComputeGraph(cfg) as g:
+        ids = synthetic.sample_ids(spec)
+        synthetic.build(g, st, spec)
+        g.prepare()  # compile and create pipelines outside the timed load
+        show = terminal_progress("prepack") if progress else None
+        with PeakRss() as rss:
+            if mode == "legacy":
+                g.encode_prepack()
+                report = g.prepack()
+            else:
+                report = g.run_prepack(show)
+        if trace:
+            report.write_trace(trace)
+        logits = g.execute({"ids": ids})["logits"]
+        expect = synthetic.reference(st, spec, ids)
+    return LoadResult(model, report, rss.delta, synthetic.output_ok(logits, expect),
+                      float(np.max(np.abs(logits - expect))))
+
+
+def bench_json(r: LoadResult) -> dict[str, Any]:
+    rep = r.report
+    return {
+        "model": r.model, "mode": rep.mode, "total_constant_nbytes": rep.total_constant_nbytes,
+        "load_s": rep.load_s, "cpu_encode_s": rep.cpu_encode_s, "fence_wait_s": rep.fence_wait_s,
+        "gpu_s": rep.gpu_s, "submits": rep.submits, "peak_staging_nbytes": rep.peak_staging_nbytes,
+        "peak_rss_delta_nbytes": r.peak_rss_delta_nbytes, "packing_dispatches": rep.packing_dispatches,
+        "overlap": rep.overlap, "output_ok": r.output_ok,
+    }
+

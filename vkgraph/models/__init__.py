@@ -1,0 +1,1 @@
+"""Weight readers and model builders."""
