@@ -1,6 +1,7 @@
 """vkgraph: a Python re-creation of the ExecuTorch Vulkan backend's graph runtime, built around
 how models load (prepacking constant weights in staged command-buffer submissions)."""
 
+from . import ops
 from .config import GraphConfig, load_config
 from .errors import (
     CacheFormatError,
@@ -17,17 +18,20 @@ from .errors import (
     VkGraphError,
     VulkanError,
 )
+from .graph import ComputeGraph, LoadReport
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CacheFormatError",
     "CommandBufferStateError",
+    "ComputeGraph",
     "ConfigError",
     "DeviceLostError",
     "DeviceNotFoundError",
     "FenceTimeoutError",
     "GraphConfig",
+    "LoadReport",
     "OutOfDeviceMemoryError",
     "OutOfHostMemoryError",
     "PrepackMismatchError",
@@ -37,4 +41,5 @@ __all__ = [
     "VulkanError",
     "__version__",
     "load_config",
+    "ops",
 ]

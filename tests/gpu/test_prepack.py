@@ -183,3 +183,18 @@ def test_trace_has_cpu_and_gpu_tracks(device, compiler, tmp_path):
         assert len([e for e in spans if e["cat"] == "gpu" and e["tid"] == 2]) == report.submits
     assert trace["otherData"]["submits"] == report.submits
     assert "overlap" in report.to_dict() and "CPU/GPU overlap" in report.format_table()
+
+
+@pytest.mark.parametrize("limit,mode", [(1 << 30, "staged"), (1024, "reduce-peak")])
+def test_auto_mode_reduces_peak_only_for_large_models(device, compiler, limit, mode):
+    with graph(device, compiler, prepack__reduce_peak_memory="auto", prepack__auto_reduce_above_nbytes=limit,
+               prepack__threshold_nbytes=KiB, prepack__initial_threshold_nbytes=KiB) as g:
+        refs = make_model(g, np.random.default_rng(5), count=9)
+        report = g.run_prepack()
+        assert report.mode == mode and report.submits > 1
+        for dst, packer, w in refs:
+            np.testing.assert_array_equal(g.read_tensor(dst), REFERENCE[packer](w).reshape(-1).view(np.uint8))
+        with pytest.raises(VkGraphError, match="already prepacked"):
+            g.run_prepack()
+        with pytest.raises(VkGraphError, match="already prepacked"):
+            g.encode_prepack()

@@ -27,7 +27,7 @@ from ..runtime import (
     TimestampQueryPool,
 )
 from ..shaders import SpirvCompiler
-from .nodes import DispatchNode, PrepackNode
+from .nodes import PACK_LOCAL_SIZE, DispatchNode, PrepackNode
 from .packers import Packer, get_packer
 from .report import CommandBufferSpan, LoadReport
 from .scheduler import (
@@ -182,7 +182,7 @@ class ComputeGraph:
         """Compile and create every pipeline the graph needs (before any timing starts)."""
         for node in self.prepack_nodes:
             if node.packer.shader is not None:
-                self.kernel(node.packer.shader, 2, 8, {0: 64})
+                self.kernel(node.packer.shader, 2, 8, {0: PACK_LOCAL_SIZE})
         for node in self.execute_nodes:
             self.kernel(node.shader, len(node.args), len(node.push), node.spec, node.defines)
 

@@ -45,7 +45,6 @@ class LoadReport:
     peak_device_nbytes: int = 0
     packing_dispatches: int = 0
     direct_writes: int = 0  # identity weights written straight into host-visible device memory
-    cache_hits: int = 0
     spans: list[CommandBufferSpan] = field(default_factory=list)
     waits: list[tuple[float, float]] = field(default_factory=list)  # CPU blocked on fences
 

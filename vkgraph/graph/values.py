@@ -4,7 +4,7 @@ all referenced by integer refs into the graph's value table."""
 from __future__ import annotations
 
 import mmap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -120,4 +120,3 @@ class IOStaging:
     tensor: ValueRef
     name: str
     buffer: Buffer | None = None
-    extra: dict = field(default_factory=dict)
