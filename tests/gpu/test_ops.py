@@ -126,3 +126,87 @@ def test_bad_inputs_are_named(device, compiler):
             g.execute({"x": np.ones((3, 2), np.float32)})
         with pytest.raises(KeyError, match="missing graph inputs: x"):
             g.execute({})
+
+
+def _erf(x):
+    from math import erf
+
+    return np.vectorize(erf)(x)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu(device, compiler, approximate):
+    a = (rng_for(333).standard_normal((3, 111)) * 4).astype(np.float32)
+    a[0, :3] = [30.0, -30.0, 0.0]
+    out, _ = run(device, compiler, lambda g, r: ops.gelu(g, r["a"], approximate), {"a": a})
+    x = a.astype(np.float64)
+    if approximate == "none":
+        expect = 0.5 * x * (1 + _erf(x / np.sqrt(2)))
+    else:
+        expect = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    np.testing.assert_allclose(out, expect, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("m,d", [(1, 1), (3, 7), (5, 384), (2, 1000)])
+def test_layer_norm(device, compiler, m, d):
+    rng = rng_for(m, d, 1)
+    x = (rng.standard_normal((m, d)) * 3 + 5).astype(np.float32)  # a large mean tests the two-pass variance
+    w, b = rng.standard_normal(d).astype(np.float32), rng.standard_normal(d).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.layer_norm(g, r["x"], g.add_tensorref(w, "w"),
+                                                               g.add_tensorref(b, "b"), 1e-12), {"x": x})
+    x64 = x.astype(np.float64)
+    mean, var = x64.mean(1, keepdims=True), x64.var(1, keepdims=True)
+    expect = (x64 - mean) / np.sqrt(var + 1e-12) * w + b if d > 1 else np.broadcast_to(b, (m, d))
+    np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-4)
+
+
+def sdpa_reference(q, k, v, batch, heads, kv_heads, mask, causal, q_pos0):
+    t, s = q.shape[0] // batch, k.shape[0] // batch
+    dh = q.shape[1] // heads
+    out = np.zeros(q.shape)
+    for b in range(batch):
+        for h in range(heads):
+            kh = h // (heads // kv_heads)
+            qq = q[b * t:(b + 1) * t, h * dh:(h + 1) * dh].astype(np.float64)
+            kk = k[b * s:(b + 1) * s, kh * dh:(kh + 1) * dh].astype(np.float64)
+            vv = v[b * s:(b + 1) * s, kh * dh:(kh + 1) * dh].astype(np.float64)
+            sc = qq @ kk.T / np.sqrt(dh)
+            allowed = np.broadcast_to(mask[b * s:(b + 1) * s] != 0, sc.shape).copy()
+            if causal:
+                allowed &= np.arange(s)[None, :] <= (q_pos0 + np.arange(t))[:, None]
+            sc = np.where(allowed, sc, -np.inf)
+            p = np.exp(sc - sc.max(1, keepdims=True))
+            out[b * t:(b + 1) * t, h * dh:(h + 1) * dh] = (p / p.sum(1, keepdims=True)) @ vv
+    return out
+
+
+@pytest.mark.parametrize(
+    "batch,t,s,heads,kv_heads,dh,causal,q_pos0,pad",
+    [(1, 5, 5, 1, 1, 8, False, 0, 0), (2, 7, 7, 12, 12, 32, False, 0, 3), (1, 9, 9, 9, 3, 64, True, 0, 0),
+     (1, 1, 13, 9, 3, 64, True, 12, 0), (1, 4, 10, 4, 2, 16, True, 6, 0), (3, 3, 70, 2, 1, 5, False, 0, 1)],
+)
+def test_sdpa(device, compiler, batch, t, s, heads, kv_heads, dh, causal, q_pos0, pad):
+    rng = rng_for(batch, t, s, heads, kv_heads, dh, q_pos0)
+    q = rng.standard_normal((batch * t, heads * dh)).astype(np.float32)
+    k = rng.standard_normal((batch * s, kv_heads * dh)).astype(np.float32)
+    v = rng.standard_normal((batch * s, kv_heads * dh)).astype(np.float32)
+    mask = np.ones(batch * s, np.float32)
+    for b in range(batch):
+        mask[(b + 1) * s - pad:(b + 1) * s] = 0  # right padding per sequence
+    out, _ = run(device, compiler, lambda g, r: ops.sdpa(
+        g, r["q"], r["k"], r["v"], heads=heads, kv_heads=kv_heads, batch=batch, key_mask=r["mask"],
+        causal=causal, q_pos0=q_pos0), {"q": q, "k": k, "v": v, "mask": mask})
+    np.testing.assert_allclose(out, sdpa_reference(q, k, v, batch, heads, kv_heads, mask, causal, q_pos0),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_mean_pool_and_l2_normalize(device, compiler):
+    rng = rng_for(3, 6, 10)
+    x = rng.standard_normal((3 * 6, 10)).astype(np.float32)
+    mask = (rng.random(18) > 0.3).astype(np.float32)
+    mask[:6] = 0  # an all-padding sequence pools to zeros
+    out, _ = run(device, compiler, lambda g, r: ops.l2_normalize(g, ops.mean_pool(g, r["x"], r["m"], 3)),
+                 {"x": x, "m": mask})
+    pooled = (x.reshape(3, 6, 10) * mask.reshape(3, 6, 1)).sum(1) / np.maximum(mask.reshape(3, 6).sum(1, keepdims=True), 1e-9)
+    expect = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+    np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-6)

@@ -107,6 +107,86 @@ def relu(g: ComputeGraph, a: ValueRef) -> ValueRef:
 
 
 @register
+def gelu(g: ComputeGraph, a: ValueRef, approximate: str = "none") -> ValueRef:
+    """GELU, exact (erf) form or ``approximate="tanh"``."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
+    return _unary(g, a, 2 if approximate == "none" else 3, "gelu")
+
+
+@register
+def layer_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef, eps: float = 1e-5) -> ValueRef:
+    """LayerNorm over the last dimension of a ``[M, D]`` tensor."""
+    xt = _tensor(g, x, "layer_norm input")
+    m, d = xt.shape
+    for what, ref in (("weight", weight), ("bias", bias)):
+        if tuple(g.values[ref].shape) != (d,):
+            raise ValueError(f"layer_norm: {what} {g.values[ref].shape} does not match dimension {d}")
+    out = g.add_tensor((m, d), np.float32)
+    g.add_dispatch(DispatchNode("layer_norm", [out, x, _weight(g, weight, "identity"), _weight(g, bias, "identity")],
+                                struct.pack("<IIf", m, d, eps), {0: LOCAL_SIZE}, (min(m, g.max_groups_x), 1, 1)))
+    return out
+
+
+MAX_KEYS = 2048  # glsl/sdpa.glsl keeps one row of scores in shared memory
+
+
+@register
+def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, kv_heads: int | None = None,
+         batch: int = 1, key_mask: ValueRef | None = None, causal: bool = False, q_pos0: int = 0,
+         scale: float | None = None) -> ValueRef:
+    """Scaled dot-product attention. ``q``: ``[batch*T, heads*Dh]``; ``k``, ``v``:
+    ``[batch*S, kv_heads*Dh]``; ``key_mask``: ``[batch*S]`` (0 masks a key out)."""
+    qt, kt, vt = (_tensor(g, r, f"sdpa {n}") for r, n in ((q, "q"), (k, "k"), (v, "v")))
+    kv_heads = kv_heads or heads
+    if heads % kv_heads:
+        raise ValueError(f"sdpa: {heads} heads cannot share {kv_heads} key/value heads")
+    if qt.shape[1] % heads or qt.shape[0] % batch or kt.shape[0] % batch or kt.shape != vt.shape:
+        raise ValueError(f"sdpa: q {qt.shape}, k {kt.shape}, v {vt.shape} do not fit {batch} x {heads} heads")
+    dh = qt.shape[1] // heads
+    t, s = qt.shape[0] // batch, kt.shape[0] // batch
+    if kt.shape[1] != kv_heads * dh:
+        raise ValueError(f"sdpa: k/v width {kt.shape[1]} != {kv_heads} kv heads x head dim {dh}")
+    if s > MAX_KEYS:
+        raise ValueError(f"sdpa: {s} keys exceed the kernel's {MAX_KEYS}")
+    if key_mask is None:
+        key_mask = g.add_tensorref(np.ones(batch * s, np.float32), f"sdpa_mask_{len(g.values)}")
+    mask = _weight(g, key_mask, "identity")
+    if tuple(g.values[mask].shape) != (batch * s,):
+        raise ValueError(f"sdpa: key_mask {g.values[mask].shape} must be ({batch * s},)")
+    out = g.add_tensor(qt.shape, np.float32)
+    scale = 1.0 / float(np.sqrt(dh)) if scale is None else scale
+    push = struct.pack("<8If", batch, t, s, heads, kv_heads, dh, int(causal), q_pos0, scale)
+    g.add_dispatch(DispatchNode("sdpa", [out, q, k, v, mask], push, {0: LOCAL_SIZE},
+                                (min(batch * heads * t, g.max_groups_x), 1, 1)))
+    return out
+
+
+@register
+def mean_pool(g: ComputeGraph, x: ValueRef, mask: ValueRef, batch: int) -> ValueRef:
+    """Masked mean over tokens: ``x`` ``[batch*T, D]``, ``mask`` ``[batch*T]`` -> ``[batch, D]``."""
+    xt = _tensor(g, x, "mean_pool input")
+    n, d = xt.shape
+    if n % batch or tuple(g.values[mask].shape) != (n,):
+        raise ValueError(f"mean_pool: x {xt.shape} and mask {g.values[mask].shape} do not fit batch {batch}")
+    out = g.add_tensor((batch, d), np.float32)
+    g.add_dispatch(DispatchNode("mean_pool", [out, x, _weight(g, mask, "identity")],
+                                struct.pack("<III", batch, n // batch, d), {0: LOCAL_SIZE}, _groups(g, batch * d)))
+    return out
+
+
+@register
+def l2_normalize(g: ComputeGraph, x: ValueRef, eps: float = 1e-12) -> ValueRef:
+    """Each row divided by its L2 norm (at least ``eps``), as torch.nn.functional.normalize."""
+    xt = _tensor(g, x, "l2_normalize input")
+    m, d = xt.shape
+    out = g.add_tensor((m, d), np.float32)
+    g.add_dispatch(DispatchNode("l2_normalize", [out, x], struct.pack("<IIf", m, d, eps), {0: LOCAL_SIZE},
+                                (min(m, g.max_groups_x), 1, 1)))
+    return out
+
+
+@register
 def rms_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, eps: float = 1e-6) -> ValueRef:
     """RMSNorm over the last dimension of a ``[M, D]`` tensor, scaled by ``weight[D]``."""
     xt = _tensor(g, x, "rms_norm input")
@@ -134,4 +214,7 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
     return out
 
 
-__all__ = ["REGISTRY", "add", "embedding", "linear", "mul", "register", "relu", "rms_norm", "silu", "sub"]
+__all__ = [
+    "REGISTRY", "add", "embedding", "gelu", "l2_normalize", "layer_norm", "linear", "mean_pool", "mul", "register",
+    "relu", "rms_norm", "sdpa", "silu", "sub",
+]
