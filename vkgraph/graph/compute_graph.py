@@ -100,10 +100,11 @@ class ComputeGraph:
         return len(self.values) - 1
 
     def add_tensorref(
-        self, data: np.ndarray | ByteSource, name: str, *, shape: Sequence[int] | None = None, dtype: Any = None
+        self, data: np.ndarray | ByteSource, name: str, *, shape: Sequence[int] | None = None, dtype: Any = None,
+        quant: str = "",
     ) -> ValueRef:
         """A CPU constant: a numpy array (or memmap view), or a :class:`ByteSource` with
-        ``shape`` and ``dtype``."""
+        ``shape`` and ``dtype``. ``quant`` names the GGML block format of a quantized weight."""
         if isinstance(data, np.ndarray):
             source: ByteSource = ArraySource(data)
             shape, dtype = data.shape if shape is None else shape, data.dtype if dtype is None else dtype
@@ -111,7 +112,7 @@ class ComputeGraph:
             source = data
             if shape is None or dtype is None:
                 raise ValueError(f"tensorref {name!r}: a byte source needs shape and dtype")
-        return self._add(TensorRef(name, tuple(int(s) for s in shape), np.dtype(dtype), source), name)
+        return self._add(TensorRef(name, tuple(int(s) for s in shape), np.dtype(dtype), source, quant=quant), name)
 
     def add_tensor(self, shape: Sequence[int], dtype: Any, name: str | None = None) -> ValueRef:
         """A device tensor (memory is bound when execute is encoded)."""
@@ -130,13 +131,14 @@ class ComputeGraph:
         tensor = self.values[ref]
         self.outputs[name or tensor.name] = IOStaging(ref, name or tensor.name)
 
-    def prepack_tensor(self, src: ValueRef, packer: str | Packer = "identity", name: str | None = None) -> ValueRef:
-        """Add a prepack node packing TensorRef ``src``; returns the packed device tensor.
-        Source and destination are validated here, before any GPU work."""
-        packer = get_packer(packer)
+    def prepack_tensor(self, src: ValueRef, packer: str | Packer | None = None, name: str | None = None) -> ValueRef:
+        """Add a prepack node packing TensorRef ``src`` (default packer: its block format if it
+        is quantized, else identity); returns the packed device tensor. Source and destination
+        are validated here, before any GPU work."""
         ref: TensorRef = self.values[src]
         if not isinstance(ref, TensorRef):
             raise TypeError(f"prepack needs a TensorRef, got {type(ref).__name__}")
+        packer = get_packer(packer or ref.quant or "identity")
         packer.validate_source(ref)
         dst = packer.make_dst(ref, name or f"{ref.name}:{packer.name}")
         packer.validate(ref, dst)
@@ -182,7 +184,7 @@ class ComputeGraph:
         """Compile and create every pipeline the graph needs (before any timing starts)."""
         for node in self.prepack_nodes:
             if node.packer.shader is not None:
-                self.kernel(node.packer.shader, 2, 8, {0: PACK_LOCAL_SIZE})
+                self.kernel(node.packer.shader, 2, node.packer.push_nbytes, {0: PACK_LOCAL_SIZE}, node.packer.defines)
         for node in self.execute_nodes:
             self.kernel(node.shader, len(node.args), len(node.push), node.spec, node.defines)
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..runtime import CommandBuffer, DescriptorPool
 from .packers import Packer
-from .staging import StagingRegion
+from .staging import StagingRegion, align_up
 from .values import Tensor, TensorRef, ValueRef
 
 if TYPE_CHECKING:
@@ -50,9 +50,11 @@ class PrepackNode:
             if self.packer.shader is None:
                 cmd.copy_buffer(region.buffer, dst.buffer, data.nbytes, src_offset=offset)
             else:
-                kernel = graph.kernel(self.packer.shader, 2, 8, {0: PACK_LOCAL_SIZE})
+                kernel = graph.kernel(self.packer.shader, 2, self.packer.push_nbytes, {0: PACK_LOCAL_SIZE},
+                                      self.packer.defines)
                 dset = pool.allocate(kernel.set_layout)
-                dset.bind_buffers({0: (region.buffer, offset, data.nbytes), 1: dst.buffer})
+                # Shaders read 32-bit words: bind whole words (the region keeps the padding).
+                dset.bind_buffers({0: (region.buffer, offset, align_up(data.nbytes, 4)), 1: dst.buffer})
                 cmd.bind_pipeline(kernel.pipeline)
                 cmd.bind_descriptor_sets(kernel.layout, [dset])
                 cmd.push_constants(kernel.layout, self.packer.push_constants(src))

@@ -25,6 +25,8 @@ class Packer:
     name: ClassVar[str] = ""
     shader: ClassVar[str | None] = None
     layout: ClassVar[str] = "contiguous"
+    push_nbytes: ClassVar[int] = 8
+    defines: dict[str, object] = {}
 
     def dst_shape(self, src: TensorRef) -> tuple[int, ...]:
         return src.shape
@@ -113,7 +115,64 @@ class Linear4x4Packer(_Words2D):
         return struct.pack("<II", *src.shape)
 
 
-PACKERS: dict[str, Packer] = {p.name: p for p in (IdentityPacker(), TransposedPacker(), Linear4x4Packer())}
+#: GGML block formats: (block bytes, packed quant words per block, scales per block, QTYPE).
+QUANT_FORMATS = {"q4_0": (18, 4, 1, 0), "q4_1": (20, 4, 2, 1), "q8_0": (34, 8, 1, 2)}
+
+
+class QuantPacker(Packer):
+    """GGML blocks (uint8 rows of whole blocks) repacked into quant words + float scales
+    (see glsl/quant_blocks.h). The destination's logical shape is (rows, weights per row)."""
+
+    shader = "pack_quant"
+    push_nbytes = 12
+
+    def __init__(self, fmt: str):
+        self.name = self.layout = fmt  # type: ignore[misc]
+        self.block_bytes, self.words, self.scales, qtype = QUANT_FORMATS[fmt]
+        self.defines = {"QTYPE": qtype}
+
+    def _blocks(self, src: TensorRef) -> tuple[int, int]:
+        rows, row_bytes = src.shape
+        return rows, row_bytes // self.block_bytes
+
+    def dst_shape(self, src: TensorRef) -> tuple[int, ...]:
+        rows, nb = self._blocks(src)
+        return (rows, nb * 32)
+
+    def packed_nbytes(self, src: TensorRef) -> int:
+        rows, nb = self._blocks(src)
+        return rows * nb * (self.words + self.scales) * 4
+
+    def push_constants(self, src: TensorRef) -> bytes:
+        rows, nb = self._blocks(src)
+        return struct.pack("<III", rows, nb, src.shape[1])
+
+    def work_items(self, dst: Tensor) -> int:
+        return dst.shape[0] * dst.shape[1] // 32
+
+    def make_dst(self, src: TensorRef, name: str) -> Tensor:
+        return Tensor(name, self.dst_shape(src), np.dtype(np.float32), self.layout, self.packed_nbytes(src), constant=True)
+
+    def validate_source(self, src: TensorRef) -> None:
+        if src.quant != self.name:
+            self._mismatch(src, f"its source is {src.quant or 'not quantized'!s}, not {self.name}")
+        if len(src.shape) != 2 or src.dtype != np.uint8:
+            self._mismatch(src, f"needs uint8 rows of raw blocks, got dims {src.shape} {src.dtype}")
+        if src.shape[1] % self.block_bytes:
+            self._mismatch(src, f"a row of {src.shape[1]} bytes is not whole {self.block_bytes}-byte blocks")
+        super().validate_source(src)
+
+    def validate(self, src: TensorRef, dst: Tensor) -> None:
+        self.validate_source(src)
+        if tuple(dst.shape) != self.dst_shape(src) or dst.nbytes != self.packed_nbytes(src):
+            self._mismatch(src, f"destination {tuple(dst.shape)} of {dst.nbytes} bytes != {self.dst_shape(src)} "
+                                f"of {self.packed_nbytes(src)} bytes")
+
+
+PACKERS: dict[str, Packer] = {
+    p.name: p
+    for p in (IdentityPacker(), TransposedPacker(), Linear4x4Packer(), *(QuantPacker(f) for f in QUANT_FORMATS))
+}
 
 
 def get_packer(packer: str | Packer) -> Packer:

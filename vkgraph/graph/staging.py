@@ -32,6 +32,7 @@ class StagingRegion:
     def take(self, nbytes: int, alignment: int) -> int:
         """Offset (in ``buffer``) of the next ``nbytes`` of this region."""
         start = align_up(self.used, alignment)
+        nbytes = align_up(nbytes, 4)  # whole words, for shaders that read uint[]
         if start + nbytes > self.nbytes:
             raise AssertionError(f"staging region of {self.nbytes} bytes overflows ({start} + {nbytes})")
         self.used = start + nbytes

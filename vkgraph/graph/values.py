@@ -76,13 +76,16 @@ class LazySource:
 
 @dataclass
 class TensorRef:
-    """A CPU constant: name, shape, dtype and a source of bytes."""
+    """A CPU constant: name, shape, dtype and a source of bytes. A quantized weight has
+    ``quant`` set (``"q4_0"``, ``"q4_1"``, ``"q8_0"``) and holds its raw GGML blocks as uint8
+    rows: ``shape`` is (rows, bytes per row)."""
 
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
     source: ByteSource
     readers: int = 0  # prepack nodes that still have to read it
+    quant: str = ""
 
     @property
     def nbytes(self) -> int:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..graph.compute_graph import ComputeGraph
 from ..graph.nodes import DispatchNode, dispatch_groups
+from ..graph.packers import QUANT_FORMATS
 from ..graph.values import Tensor, TensorRef, ValueRef
 
 LOCAL_SIZE = 64
@@ -32,8 +33,12 @@ def _tensor(g: ComputeGraph, ref: ValueRef, what: str) -> Tensor:
 
 
 def _weight(g: ComputeGraph, ref: ValueRef, packer: str) -> ValueRef:
-    """A packed device tensor for ``ref``: packs a TensorRef, passes a device tensor through."""
-    return g.prepack_tensor(ref, packer) if isinstance(g.values[ref], TensorRef) else ref
+    """A packed device tensor for ``ref``: packs a TensorRef (with its own block format when it
+    is quantized), passes a device tensor through."""
+    value = g.values[ref]
+    if isinstance(value, TensorRef):
+        return g.prepack_tensor(ref, value.quant or packer)
+    return ref
 
 
 def _groups(g: ComputeGraph, work: int) -> tuple[int, int, int]:
@@ -42,13 +47,22 @@ def _groups(g: ComputeGraph, work: int) -> tuple[int, int, int]:
 
 @register
 def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None) -> ValueRef:
-    """``y = x @ weight.T (+ bias)``; ``weight`` is ``[out_features, in_features]``, packed 4x4."""
+    """``y = x @ weight.T (+ bias)``; ``weight`` is ``[out_features, in_features]``: fp32 (packed
+    4x4) or GGML-quantized (q4_0, q4_1, q8_0; packed into quant words + scales)."""
     xt = _tensor(g, x, "linear input")
-    w = g.values[weight]
+    w_ref = _weight(g, weight, "linear_4x4")
+    w = g.values[w_ref]
     if len(xt.shape) != 2 or len(w.shape) != 2 or w.shape[1] != xt.shape[1]:
         raise ValueError(f"linear: input {xt.shape} and weight {w.shape} do not fit ([M, K] x [N, K])")
     (m, k), n = xt.shape, w.shape[0]
-    args = [None, x, _weight(g, weight, "linear_4x4")]
+    if w.layout in QUANT_FORMATS:
+        if bias is not None:
+            raise ValueError("linear: a bias with quantized weights is not supported")
+        y = g.add_tensor((m, n), np.float32)
+        g.add_dispatch(DispatchNode("linear_quant", [y, x, w_ref], struct.pack("<III", m, n, k), {0: LOCAL_SIZE},
+                                    _groups(g, m * n), {"QTYPE": QUANT_FORMATS[w.layout][3]}))
+        return y
+    args = [None, x, w_ref]
     if bias is not None:
         if tuple(g.values[bias].shape) != (n,):
             raise ValueError(f"linear: bias {g.values[bias].shape} does not match {n} output features")
@@ -202,15 +216,22 @@ def rms_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, eps: float = 1e-6) 
 
 @register
 def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
-    """Rows of ``table[V, D]`` for int32 ``ids[T]`` (ids outside [0, V) give zero rows)."""
+    """Rows of ``table[V, D]`` (fp32 or GGML-quantized) for int32 ``ids[T]`` (ids outside
+    [0, V) give zero rows)."""
     it = g.values[ids]
     if it.dtype != np.int32 or len(it.shape) != 1:
         raise TypeError(f"embedding ids must be a 1-D int32 tensor, got {it.shape} {it.dtype}")
-    v, d = g.values[table].shape
+    table = _weight(g, table, "identity")
+    tt = g.values[table]
+    v, d = tt.shape
     t = it.shape[0]
     out = g.add_tensor((t, d), np.float32)
-    g.add_dispatch(DispatchNode("embedding", [out, ids, _weight(g, table, "identity")],
-                                struct.pack("<III", t, d, v), {0: LOCAL_SIZE}, _groups(g, t * d)))
+    if tt.layout in QUANT_FORMATS:
+        g.add_dispatch(DispatchNode("embedding_quant", [out, ids, table], struct.pack("<III", t, d, v),
+                                    {0: LOCAL_SIZE}, _groups(g, t * d), {"QTYPE": QUANT_FORMATS[tt.layout][3]}))
+    else:
+        g.add_dispatch(DispatchNode("embedding", [out, ids, table], struct.pack("<III", t, d, v), {0: LOCAL_SIZE},
+                                    _groups(g, t * d)))
     return out
 
 

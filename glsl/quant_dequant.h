@@ -1,0 +1,18 @@
+// Reading packed quantized weights; include after quant_blocks.h and a readonly `uint w[]`.
+
+// Weight j (0..31) of the packed block whose quant words start at wbase and scales at sbase.
+float dequant(uint wbase, uint sbase, uint j) {
+    float d = uintBitsToFloat(w[sbase]);
+#if QTYPE == 2
+    uint word = w[wbase + j / 4u];
+    return d * float(bitfieldExtract(int(word), int((j % 4u) * 8u), 8));
+#else
+    uint byte_ = (w[wbase + (j % 16u) / 4u] >> (((j % 16u) % 4u) * 8u)) & 0xFFu;
+    float q = float(j < 16u ? byte_ & 0xFu : byte_ >> 4u);
+#if QTYPE == 0
+    return d * (q - 8.0);
+#else
+    return d * q + uintBitsToFloat(w[sbase + 1u]);
+#endif
+#endif
+}

@@ -1,0 +1,64 @@
+"""GGML block formats: packers and quantized linear/embedding against gguf's own dequantizer."""
+
+import gguf
+import numpy as np
+import pytest
+from gguf.quants import dequantize, quantize
+
+from vkgraph import ops
+from vkgraph.graph import ComputeGraph
+from vkgraph.graph.packers import QUANT_FORMATS
+
+QTYPES = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+          "q8_0": gguf.GGMLQuantizationType.Q8_0}
+
+
+def quantized(fmt, n, k, seed):
+    w = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
+    raw = quantize(w, QTYPES[fmt])  # uint8 [n, k / 32 * block bytes]
+    return raw, dequantize(raw, QTYPES[fmt]).astype(np.float32)
+
+
+def ref_packed(fmt, raw):
+    """The packed layout in numpy: quant words of every block, then float scales."""
+    block, words, scales, _ = QUANT_FORMATS[fmt]
+    n, row = raw.shape
+    blocks = raw.reshape(n * row // block, block)
+    q_off = 4 if fmt == "q4_1" else 2
+    quants = blocks[:, q_off:q_off + 4 * words].copy().reshape(-1)
+    s = blocks[:, :2 * scales].copy().view(np.float16).astype(np.float32).reshape(-1)
+    return np.concatenate([quants.view(np.uint8), s.view(np.uint8)])
+
+
+@pytest.mark.parametrize("fmt", list(QUANT_FORMATS))
+@pytest.mark.parametrize("n,k", [(1, 32), (5, 64), (33, 96), (64, 576)])
+def test_pack_linear_and_embedding(device, compiler, fmt, n, k):
+    raw, deq = quantized(fmt, n, k, n * k)
+    m = 3
+    x = np.random.default_rng(k).standard_normal((m, k)).astype(np.float32)
+    ids = np.array([0, n - 1, n // 2, -1, n], np.int32)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        w = g.prepack_tensor(g.add_tensorref(raw, "blk.0.w", quant=fmt))
+        assert g.values[w].shape == (n, k) and g.values[w].layout == fmt
+        xin = g.add_input(x.shape, np.float32, "x")
+        idin = g.add_input(ids.shape, np.int32, "ids")
+        g.set_output(ops.linear(g, xin, w), "y")
+        g.set_output(ops.embedding(g, idin, w), "e")  # one packed table serves both (tied weights)
+        g.run_prepack()
+        np.testing.assert_array_equal(g.read_tensor(w), ref_packed(fmt, raw))
+        out = g.execute({"x": x, "ids": ids})
+    np.testing.assert_allclose(out["y"], x.astype(np.float64) @ deq.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+    valid = (ids >= 0) & (ids < n)
+    np.testing.assert_array_equal(out["e"], np.where(valid[:, None], deq[np.clip(ids, 0, n - 1)], 0))
+
+
+def test_quant_mismatch_is_named(device, compiler):
+    from vkgraph.errors import PrepackMismatchError
+
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        bad = g.add_tensorref(np.zeros((4, 21), np.uint8), "blk.3.ffn_up.weight", quant="q4_1")
+        with pytest.raises(PrepackMismatchError, match="'blk.3.ffn_up.weight'.*21 bytes is not whole 20-byte blocks"):
+            g.prepack_tensor(bad)
+        plain = g.add_tensorref(np.zeros((4, 20), np.uint8), "plain")
+        with pytest.raises(PrepackMismatchError, match="'plain'.*not quantized, not q4_1"):
+            g.prepack_tensor(plain, "q4_1")
