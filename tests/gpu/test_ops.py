@@ -210,3 +210,51 @@ def test_mean_pool_and_l2_normalize(device, compiler):
     pooled = (x.reshape(3, 6, 10) * mask.reshape(3, 6, 1)).sum(1) / np.maximum(mask.reshape(3, 6).sum(1, keepdims=True), 1e-9)
     expect = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-6)
+
+
+def rope_reference(x, pos0, heads, theta, neox):
+    t, width = x.shape
+    dh = width // heads
+    out = x.astype(np.float64).reshape(t, heads, dh).copy()
+    i = np.arange(dh // 2)
+    ang = (pos0 + np.arange(t))[:, None] * theta ** (-2.0 * i / dh)
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    a_idx, b_idx = (i, i + dh // 2) if neox else (2 * i, 2 * i + 1)
+    a, b = out[:, :, a_idx].copy(), out[:, :, b_idx].copy()
+    out[:, :, a_idx], out[:, :, b_idx] = a * c - b * s, a * s + b * c
+    return out.reshape(t, width)
+
+
+@pytest.mark.parametrize("neox", [False, True])
+@pytest.mark.parametrize("t,heads,dh,pos0", [(1, 1, 2, 0), (5, 3, 64, 0), (1, 9, 64, 37), (4, 2, 8, 300)])
+def test_rope(device, compiler, neox, t, heads, dh, pos0):
+    x = rng_for(t, heads, dh, pos0).standard_normal((t, heads * dh)).astype(np.float32)
+    step = np.array([pos0, 0], np.uint32)
+    out, _ = run(device, compiler, lambda g, r: ops.rope(g, r["x"], r["step"], heads=heads, theta=1e5, neox=neox),
+                 {"x": x, "step": step})
+    np.testing.assert_allclose(out, rope_reference(x, pos0, heads, 1e5, neox), rtol=1e-4, atol=2e-4)
+
+
+def test_kv_cache_attention_over_steps(device, compiler):
+    """Write one token's k/v per execute into a cache and attend causally with the position in
+    a step buffer: the same recorded command buffers serve every step."""
+    rows, heads, kv_heads, dh = 16, 4, 2, 8
+    rng = rng_for(rows, heads)
+    qs = rng.standard_normal((6, heads * dh)).astype(np.float32)
+    ks = rng.standard_normal((6, kv_heads * dh)).astype(np.float32)
+    vs = rng.standard_normal((6, kv_heads * dh)).astype(np.float32)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        q = g.add_input((1, heads * dh), np.float32, "q")
+        k = g.add_input((1, kv_heads * dh), np.float32, "k")
+        v = g.add_input((1, kv_heads * dh), np.float32, "v")
+        step = g.add_input((2,), np.uint32, "step")
+        kc = ops.kv_write(g, g.add_tensor((rows, kv_heads * dh), np.float32, "k_cache"), k, step)
+        vc = ops.kv_write(g, g.add_tensor((rows, kv_heads * dh), np.float32, "v_cache"), v, step)
+        g.set_output(ops.sdpa(g, q, kc, vc, heads=heads, kv_heads=kv_heads, causal=True, step=step), "out")
+        g.run_prepack()
+        for pos in range(6):
+            out = g.execute({"q": qs[pos:pos + 1], "k": ks[pos:pos + 1], "v": vs[pos:pos + 1],
+                             "step": np.array([pos, 0], np.uint32)})["out"]
+            expect = sdpa_reference(qs[pos:pos + 1], ks[:pos + 1], vs[:pos + 1], 1, heads, kv_heads,
+                                    np.ones(pos + 1, np.float32), False, 0)
+            np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-5)

@@ -145,12 +145,48 @@ def layer_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef, e
 MAX_KEYS = 2048  # glsl/sdpa.glsl keeps one row of scores in shared memory
 
 
+def _step(g: ComputeGraph, step: ValueRef, what: str) -> None:
+    st = g.values[step]
+    if st.dtype != np.uint32 or st.shape[0] < 1:
+        raise TypeError(f"{what}: step must be a uint32 tensor holding the position, got {st.shape} {st.dtype}")
+
+
+@register
+def rope(g: ComputeGraph, x: ValueRef, step: ValueRef, *, heads: int, theta: float = 10000.0,
+         neox: bool = False) -> ValueRef:
+    """Rotary embedding of ``x`` ``[T, heads*Dh]`` at positions ``step[0] + t``. Pairs are
+    adjacent (GGUF llama) or, with ``neox``, half a head apart (Hugging Face llama)."""
+    xt = _tensor(g, x, "rope input")
+    _step(g, step, "rope")
+    t, width = xt.shape
+    if width % heads or (width // heads) % 2:
+        raise ValueError(f"rope: width {width} is not {heads} heads of an even size")
+    out = g.add_tensor(xt.shape, np.float32)
+    g.add_dispatch(DispatchNode("rope", [out, x, step], struct.pack("<IIIf", t, heads, width // heads, theta),
+                                {0: LOCAL_SIZE}, _groups(g, t * width // 2), {"NEOX": int(neox)}))
+    return out
+
+
+@register
+def kv_write(g: ComputeGraph, cache: ValueRef, src: ValueRef, step: ValueRef) -> ValueRef:
+    """Write ``src`` ``[T, W]`` into rows ``step[0]..`` of ``cache`` ``[rows, W]``; returns ``cache``."""
+    ct, st = _tensor(g, cache, "kv cache"), _tensor(g, src, "kv_write source")
+    _step(g, step, "kv_write")
+    if ct.shape[1] != st.shape[1]:
+        raise ValueError(f"kv_write: cache {ct.shape} and source {st.shape} differ in width")
+    g.add_dispatch(DispatchNode("kv_write", [cache, src, step], struct.pack("<III", st.shape[0], st.shape[1], ct.shape[0]),
+                                {0: LOCAL_SIZE}, _groups(g, st.shape[0] * st.shape[1])))
+    return cache
+
+
 @register
 def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, kv_heads: int | None = None,
          batch: int = 1, key_mask: ValueRef | None = None, causal: bool = False, q_pos0: int = 0,
-         scale: float | None = None) -> ValueRef:
+         step: ValueRef | None = None, scale: float | None = None) -> ValueRef:
     """Scaled dot-product attention. ``q``: ``[batch*T, heads*Dh]``; ``k``, ``v``:
-    ``[batch*S, kv_heads*Dh]``; ``key_mask``: ``[batch*S]`` (0 masks a key out)."""
+    ``[batch*S, kv_heads*Dh]``; ``key_mask``: ``[batch*S]`` (0 masks a key out). With
+    ``step`` (a uint32 tensor), the first query's position is read from ``step[0]`` at run time
+    instead of ``q_pos0``: attention over a key/value cache during generation."""
     qt, kt, vt = (_tensor(g, r, f"sdpa {n}") for r, n in ((q, "q"), (k, "k"), (v, "v")))
     kv_heads = kv_heads or heads
     if heads % kv_heads:
@@ -171,8 +207,12 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
     out = g.add_tensor(qt.shape, np.float32)
     scale = 1.0 / float(np.sqrt(dh)) if scale is None else scale
     push = struct.pack("<8If", batch, t, s, heads, kv_heads, dh, int(causal), q_pos0, scale)
-    g.add_dispatch(DispatchNode("sdpa", [out, q, k, v, mask], push, {0: LOCAL_SIZE},
-                                (min(batch * heads * t, g.max_groups_x), 1, 1)))
+    args = [out, q, k, v, mask]
+    if step is not None:
+        _step(g, step, "sdpa")
+        args.append(step)
+    g.add_dispatch(DispatchNode("sdpa", args, push, {0: LOCAL_SIZE}, (min(batch * heads * t, g.max_groups_x), 1, 1),
+                                {"DYNAMIC_POS": int(step is not None)}))
     return out
 
 
@@ -236,6 +276,6 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
 
 
 __all__ = [
-    "REGISTRY", "add", "embedding", "gelu", "l2_normalize", "layer_norm", "linear", "mean_pool", "mul", "register",
-    "relu", "rms_norm", "sdpa", "silu", "sub",
+    "REGISTRY", "add", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear", "mean_pool", "mul",
+    "register", "relu", "rms_norm", "rope", "sdpa", "silu", "sub",
 ]
