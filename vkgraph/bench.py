@@ -96,13 +96,18 @@ def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Callable[[Com
     return LoadResult(model, report, rss.delta, outputs_match(got, expect), float(np.max(np.abs(got - expect))))
 
 
+KNOWN_MODELS = "synthetic:<MB>, minilm, smollm2, a BERT checkpoint directory or a llama .gguf file"
+
+
 def model_kind(model: str) -> str:
-    """"synthetic" or "bert"; ValueError naming the known models otherwise."""
+    """"synthetic", "bert" or "llama"; ValueError naming the known models otherwise."""
     if synthetic.parse_model_name(model) is not None:
         return "synthetic"
     if model == "minilm" or Path(model).is_dir():
         return "bert"
-    raise ValueError(f"unknown model {model!r}; known: synthetic:<MB>, minilm, or a BERT checkpoint directory")
+    if model == "smollm2" or model.endswith(".gguf"):
+        return "llama"
+    raise ValueError(f"unknown model {model!r}; known: {KNOWN_MODELS}")
 
 
 def load_model(model: str, mode: str, config_path: str | None = None, *, trace: str | None = None,
@@ -118,6 +123,8 @@ def load_model(model: str, mode: str, config_path: str | None = None, *, trace: 
             return _measured_load(
                 model, cfg, mode, lambda g: synthetic.build(g, st, spec),
                 lambda g: (g.execute({"ids": ids})["logits"], synthetic.reference(st, spec, ids)), trace, progress)
+    if kind == "llama":
+        return _load_llama(model, cfg, mode, trace, progress)
     from .models import minilm
 
     d = minilm.model_dir(None if model == "minilm" else model)
@@ -131,6 +138,27 @@ def load_model(model: str, mode: str, config_path: str | None = None, *, trace: 
             trace, progress)
 
 
+def _load_llama(model: str, cfg: GraphConfig, mode: str, trace: str | None, progress: bool) -> LoadResult:
+    """A measured load of a llama GGUF; the check runs a short prompt through the one-token graph
+    and compares every position's logits with the numpy reference."""
+    from .models import llama
+    from .models.gguf_file import GGUFFile
+
+    path = llama.gguf_path(None if model == "smollm2" else model)
+    with GGUFFile(path) as f:
+        lcfg = llama.LlamaConfig.from_gguf(f)
+        ids = llama.BPETokenizer(f.metadata, str(path)).encode(SAMPLE_PROMPT)
+        ctx = min(llama.DEFAULT_CONTEXT, lcfg.context)
+
+        def check(g: ComputeGraph) -> tuple[np.ndarray, np.ndarray]:
+            got = [g.execute({"ids": np.array([t], np.int32), "step": np.array([p, 0], np.uint32)})["logits"][0]
+                   for p, t in enumerate(ids)]
+            return np.array(got), llama.reference_logits(f, lcfg, ids)
+
+        return _measured_load(model, cfg, mode, lambda g: llama.build(g, f, lcfg, ctx), check, trace, progress)
+
+
+SAMPLE_PROMPT = "The capital of France is"
 SAMPLE_TEXTS = ("A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.")
 
 

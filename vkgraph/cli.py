@@ -104,11 +104,40 @@ def cmd_run_minilm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_llama(args: argparse.Namespace) -> int:
+    from .bench import CONFIG_DIR, terminal_progress
+    from .config import load_config
+    from .models.llama import LlamaSession
+
+    cfg = load_config(args.config or CONFIG_DIR / "default.toml")
+    if args.reduce_peak:
+        cfg = cfg.replace(prepack__reduce_peak_memory=True)
+    path = None if args.model == "smollm2" else args.model
+    prompt = args.prompt or "The capital of France is"
+    stream = None if args.json else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
+    with LlamaSession(path, cfg, progress=None if args.json else terminal_progress("prepack")) as s:
+        if args.trace:
+            s.report.write_trace(args.trace)
+        if not args.json:
+            print(s.report.format_table())
+            print(f"\nprompt: {prompt!r}{' (chat template)' if args.chat else ''}\n---")
+        gen = s.generate(prompt, args.max_new_tokens, chat=args.chat, on_token=stream)
+    if args.json:
+        print(json.dumps({"tokens": gen.tokens, "text": gen.text, "first_logits": gen.first_logits.tolist(),
+                          "load": s.report.to_dict(), "tokens_per_s": gen.tokens_per_s}))
+    else:
+        print(f"\n---\n{len(gen.tokens)} tokens after a {gen.prompt_tokens}-token prompt, {gen.tokens_per_s:.1f} tokens/s")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .bench import load_model, model_kind
 
-    if model_kind(args.model) == "bert":
+    kind = model_kind(args.model)
+    if kind == "bert":
         return cmd_run_minilm(args)
+    if kind == "llama":
+        return cmd_run_llama(args)
     mode = "reduce-peak" if args.reduce_peak else "staged"
     print(f"loading {args.model} ({mode}, config {args.config or 'configs/default.toml'})")
     r = load_model(args.model, mode, args.config, trace=args.trace, progress=True)
@@ -156,8 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="the main job: load a model with staged prepack, run it, check it")
     run.add_argument("--model", default="synthetic:256",
-                     help="synthetic:<MB> (default synthetic:256), minilm, or a BERT checkpoint directory")
+                     help="synthetic:<MB> (default synthetic:256), minilm, smollm2, a BERT checkpoint directory "
+                          "or a llama .gguf file")
     run.add_argument("--text", action="append", help="a sentence to embed (minilm; repeat for several)")
+    run.add_argument("--prompt", help="the prompt (smollm2)")
+    run.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (smollm2)")
+    run.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate (smollm2, default 32)")
     run.add_argument("--config", help="TOML config (default configs/default.toml)")
     run.add_argument("--reduce-peak", action="store_true", help="ET-VK's reduce-peak-memory mode")
     run.add_argument("--trace", help="write a Chrome trace of the load to this file")
@@ -167,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks (numbers, never pass/fail timing)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     bl = bench_sub.add_parser("load", help="one model load in this process")
-    bl.add_argument("--model", default="synthetic:256", help="synthetic:<MB>, minilm, or a BERT checkpoint directory")
+    bl.add_argument("--model", default="synthetic:256",
+                    help="synthetic:<MB>, minilm, smollm2, a BERT checkpoint directory or a llama .gguf file")
     bl.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], default="staged")
     bl.add_argument("--config", help="TOML config (default configs/default.toml)")
     bl.add_argument("--trace", help="write a Chrome trace of the load to this file")

@@ -1,0 +1,35 @@
+import json
+
+import numpy as np
+import pytest
+
+from vkgraph import cli
+from vkgraph.models.llama import LlamaSession
+
+pytestmark = pytest.mark.slow
+
+
+def test_greedy_generation_matches_transformers(device, smollm2_path, smollm2_golden):
+    case = smollm2_golden["generations"]["chat"]
+    with LlamaSession(smollm2_path, device=device, max_context=64) as s:
+        assert s.report.packing_dispatches == 211  # 210 Q4_1 + 1 Q8_0 tensors packed on the device
+        gen = s.generate("What is the capital of France?", 12, chat=True)
+    assert gen.tokens == case["greedy"]
+    assert gen.text == case["text"]
+    assert list(np.argsort(-gen.first_logits)[:20]) == case["first_logits_top"]
+    np.testing.assert_allclose(gen.first_logits[:64], case["first_logits_head"], atol=5e-4)
+
+
+def test_run_json_plain_prompt(device, smollm2_golden, capsys):
+    case = smollm2_golden["generations"]["plain"]
+    assert cli.main(["run", "--model", "smollm2", "--prompt", case["prompt"], "--max-new-tokens", "6", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tokens"] == case["greedy"][:6]
+    assert len(out["first_logits"]) == 49152 and out["tokens_per_s"] > 0
+    assert out["load"]["submits"] > 1 and set(out) == {"tokens", "text", "first_logits", "load", "tokens_per_s"}
+
+
+def test_context_overflow_is_clear(device, smollm2_path):
+    with LlamaSession(smollm2_path, device=device, max_context=8) as s:
+        with pytest.raises(ValueError, match="exceed the 8-token context"):
+            s.generate("one two three four five six", 5)

