@@ -258,3 +258,31 @@ def test_kv_cache_attention_over_steps(device, compiler):
             expect = sdpa_reference(qs[pos:pos + 1], ks[:pos + 1], vs[:pos + 1], 1, heads, kv_heads,
                                     np.ones(pos + 1, np.float32), False, 0)
             np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("m,d", [(1, 1), (3, 7), (2, 1000)])
+def test_softmax(device, compiler, m, d):
+    x = (rng_for(m, d, 9).standard_normal((m, d)) * 10).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.softmax(g, r["x"]), {"x": x})
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape_a,shape_b,transpose_b", [
+    ((1, 1), (1, 1), False), ((3, 5), (5, 7), False), ((3, 5), (7, 5), True), ((2, 4, 9), (2, 9, 3), False),
+    ((2, 4, 9), (2, 6, 9), True), ((17, 64), (64, 33), False)])
+def test_matmul(device, compiler, shape_a, shape_b, transpose_b):
+    rng = rng_for(*shape_a, *shape_b)
+    a = rng.standard_normal(shape_a).astype(np.float32)
+    b = rng.standard_normal(shape_b).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.matmul(g, r["a"], r["b"], transpose_b=transpose_b), {"a": a, "b": b})
+    expect = a.astype(np.float64) @ (np.swapaxes(b, -1, -2) if transpose_b else b)
+    np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_with_constant_operand(device, compiler):
+    rng = rng_for(4, 6, 2)
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.standard_normal((6, 2)).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.matmul(g, r["a"], g.add_tensorref(b, "b")), {"a": a})
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-6)

@@ -217,6 +217,37 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
 
 
 @register
+def softmax(g: ComputeGraph, x: ValueRef) -> ValueRef:
+    """Softmax over the last dimension of a ``[M, D]`` tensor."""
+    xt = _tensor(g, x, "softmax input")
+    m, d = xt.shape
+    out = g.add_tensor((m, d), np.float32)
+    g.add_dispatch(DispatchNode("softmax", [out, x], struct.pack("<II", m, d), {0: LOCAL_SIZE},
+                                (min(m, g.max_groups_x), 1, 1)))
+    return out
+
+
+@register
+def matmul(g: ComputeGraph, a: ValueRef, b: ValueRef, *, transpose_b: bool = False) -> ValueRef:
+    """``a @ b`` (or ``a @ b.T``) for ``[M, K]`` x ``[K, N]`` or batched ``[B, M, K]`` x ``[B, K, N]``;
+    both operands may be runtime tensors or constants."""
+    at = _tensor(g, a, "matmul a")
+    b = _weight(g, b, "identity")
+    bt = _tensor(g, b, "matmul b")
+    if len(at.shape) != len(bt.shape) or len(at.shape) not in (2, 3):
+        raise ValueError(f"matmul: a {at.shape} and b {bt.shape} must both be 2-D or both 3-D")
+    batch = at.shape[0] if len(at.shape) == 3 else 1
+    m, k = at.shape[-2:]
+    n, kb = (bt.shape[-2], bt.shape[-1]) if transpose_b else (bt.shape[-1], bt.shape[-2])
+    if kb != k or (len(at.shape) == 3 and bt.shape[0] != batch):
+        raise ValueError(f"matmul: a {at.shape} and b {bt.shape} do not fit (transpose_b={transpose_b})")
+    out = g.add_tensor((batch, m, n) if len(at.shape) == 3 else (m, n), np.float32)
+    g.add_dispatch(DispatchNode("matmul", [out, a, b], struct.pack("<IIII", batch, m, n, k), {0: LOCAL_SIZE},
+                                _groups(g, batch * m * n), {"TRANSPOSE_B": int(transpose_b)}))
+    return out
+
+
+@register
 def mean_pool(g: ComputeGraph, x: ValueRef, mask: ValueRef, batch: int) -> ValueRef:
     """Masked mean over tokens: ``x`` ``[batch*T, D]``, ``mask`` ``[batch*T]`` -> ``[batch, D]``."""
     xt = _tensor(g, x, "mean_pool input")
@@ -276,6 +307,6 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
 
 
 __all__ = [
-    "REGISTRY", "add", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear", "mean_pool", "mul",
-    "register", "relu", "rms_norm", "rope", "sdpa", "silu", "sub",
+    "REGISTRY", "add", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear", "matmul", "mean_pool",
+    "mul", "register", "relu", "rms_norm", "rope", "sdpa", "silu", "softmax", "sub",
 ]
