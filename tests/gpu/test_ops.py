@@ -286,3 +286,38 @@ def test_matmul_with_constant_operand(device, compiler):
     b = rng.standard_normal((6, 2)).astype(np.float32)
     out, _ = run(device, compiler, lambda g, r: ops.matmul(g, r["a"], g.add_tensorref(b, "b")), {"a": a})
     np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-6)
+
+
+def conv2d_reference(x, w, b, stride, padding, dilation, groups):
+    n, cin, h, wd = x.shape
+    cout, cin_g, kh, kw = w.shape
+    (sy, sx), (py, px), (dy, dx) = stride, padding, dilation
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (py, py), (px, px)))
+    ho = (h + 2 * py - dy * (kh - 1) - 1) // sy + 1
+    wo = (wd + 2 * px - dx * (kw - 1) - 1) // sx + 1
+    out = np.zeros((n, cout, ho, wo))
+    per = cout // groups
+    for co in range(cout):
+        c0 = (co // per) * cin_g
+        for ky in range(kh):
+            for kx in range(kw):
+                patch = xp[:, c0:c0 + cin_g, ky * dy: ky * dy + sy * (ho - 1) + 1: sy, kx * dx: kx * dx + sx * (wo - 1) + 1: sx]
+                out[:, co] += np.einsum("nchw,c->nhw", patch, w[co, :, ky, kx])
+    return out + (b[None, :, None, None] if b is not None else 0)
+
+
+@pytest.mark.parametrize("n,cin,h,w,cout,k,stride,padding,dilation,groups,bias", [
+    (1, 1, 5, 5, 1, 3, 1, 0, 1, 1, False), (2, 3, 9, 7, 5, 3, 2, 1, 1, 1, True), (1, 4, 8, 8, 6, 3, 1, 2, 2, 2, True),
+    (1, 6, 7, 7, 6, 3, 1, 1, 1, 6, False), (1, 8, 4, 6, 16, 1, 1, 0, 1, 1, True), (1, 3, 11, 10, 7, (3, 5), (2, 1), (1, 2), 1, 1, False)])
+def test_conv2d(device, compiler, n, cin, h, w, cout, k, stride, padding, dilation, groups, bias):
+    rng = rng_for(n, cin, h, w, cout, groups)
+    kh, kw = (k, k) if isinstance(k, int) else k
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+    wt = rng.standard_normal((cout, cin // groups, kh, kw)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32) if bias else None
+    out, _ = run(device, compiler, lambda g, r: ops.conv2d(
+        g, r["x"], g.add_tensorref(wt, "w"), g.add_tensorref(b, "b") if bias else None,
+        stride=stride, padding=padding, dilation=dilation, groups=groups), {"x": x})
+    pair = lambda v: (v, v) if isinstance(v, int) else v  # noqa: E731
+    expect = conv2d_reference(x, wt, b, pair(stride), pair(padding), pair(dilation), groups)
+    np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-4)

@@ -198,3 +198,14 @@ def test_auto_mode_reduces_peak_only_for_large_models(device, compiler, limit, m
             g.run_prepack()
         with pytest.raises(VkGraphError, match="already prepacked"):
             g.encode_prepack()
+
+
+def test_conv2d_packer_layout(device, compiler):
+    w = np.random.default_rng(8).standard_normal((6, 3, 2, 5)).astype(np.float32)
+    with graph(device, compiler) as g:
+        dst = g.prepack_tensor(g.add_tensorref(w, "conv.w"), "conv2d_c4")
+        g.run_prepack()
+        got = g.read_tensor(dst).view(np.float32).reshape(2, 2, 5, 3, 4)
+    padded = np.zeros((8, 3, 2, 5), np.float32)
+    padded[:6] = w
+    np.testing.assert_array_equal(got, padded.reshape(2, 4, 3, 2, 5).transpose(0, 3, 4, 2, 1))

@@ -115,6 +115,30 @@ class Linear4x4Packer(_Words2D):
         return struct.pack("<II", *src.shape)
 
 
+class Conv2dC4Packer(Packer):
+    """Conv weights ``[Cout, Cin/groups, KH, KW]`` channels-packed as ``[Cout4, KH, KW, Cin/groups, 4]``
+    (see glsl/pack_conv2d.glsl)."""
+
+    name = "conv2d_c4"
+    shader = "pack_conv2d"
+    layout = "conv2d_c4"
+    push_nbytes = 16
+
+    def packed_nbytes(self, src: TensorRef) -> int:
+        cout, cin_g, kh, kw = src.shape
+        return (cout + 3) // 4 * kh * kw * cin_g * 16
+
+    def push_constants(self, src: TensorRef) -> bytes:
+        return struct.pack("<IIII", *src.shape)
+
+    def validate_source(self, src: TensorRef) -> None:
+        if len(src.shape) != 4:
+            self._mismatch(src, f"needs a 4-D [Cout, Cin/groups, KH, KW] source, got dims {src.shape}")
+        if src.dtype.itemsize != 4:
+            self._mismatch(src, f"needs 4-byte elements, got {src.dtype}")
+        super().validate_source(src)
+
+
 #: GGML block formats: (block bytes, packed quant words per block, scales per block, QTYPE).
 QUANT_FORMATS = {"q4_0": (18, 4, 1, 0), "q4_1": (20, 4, 2, 1), "q8_0": (34, 8, 1, 2)}
 
@@ -171,7 +195,8 @@ class QuantPacker(Packer):
 
 PACKERS: dict[str, Packer] = {
     p.name: p
-    for p in (IdentityPacker(), TransposedPacker(), Linear4x4Packer(), *(QuantPacker(f) for f in QUANT_FORMATS))
+    for p in (IdentityPacker(), TransposedPacker(), Linear4x4Packer(), Conv2dC4Packer(),
+              *(QuantPacker(f) for f in QUANT_FORMATS))
 }
 
 

@@ -247,6 +247,46 @@ def matmul(g: ComputeGraph, a: ValueRef, b: ValueRef, *, transpose_b: bool = Fal
     return out
 
 
+def _pair(v: int | tuple[int, int], what: str) -> tuple[int, int]:
+    pair = (v, v) if isinstance(v, int) else tuple(v)
+    if len(pair) != 2 or any(int(p) != p for p in pair):
+        raise ValueError(f"conv2d: {what} must be an int or a pair of ints, got {v!r}")
+    return int(pair[0]), int(pair[1])
+
+
+@register
+def conv2d(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None, *,
+           stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0,
+           dilation: int | tuple[int, int] = 1, groups: int = 1) -> ValueRef:
+    """2-D convolution of NCHW ``x`` with ``weight[Cout, Cin/groups, KH, KW]`` (channels-packed
+    on the device), as torch.nn.functional.conv2d."""
+    xt = _tensor(g, x, "conv2d input")
+    w_ref = _weight(g, weight, "conv2d_c4")
+    wt = g.values[w_ref]
+    if len(xt.shape) != 4 or wt.layout != "conv2d_c4":
+        raise ValueError(f"conv2d: input {xt.shape} must be NCHW and the weight a conv2d_c4-packed tensor")
+    n, cin, h, w = xt.shape
+    cout, cin_g, kh, kw = wt.shape
+    (sy, sx), (py, px), (dy, dx) = _pair(stride, "stride"), _pair(padding, "padding"), _pair(dilation, "dilation")
+    if groups < 1 or cin % groups or cout % groups or cin // groups != cin_g:
+        raise ValueError(f"conv2d: {cin} input / {cout} output channels do not fit {groups} groups of weight {wt.shape}")
+    if min(sy, sx, dy, dx) < 1 or min(py, px) < 0:
+        raise ValueError("conv2d: stride and dilation must be >= 1 and padding >= 0")
+    ho = (h + 2 * py - dy * (kh - 1) - 1) // sy + 1
+    wo = (w + 2 * px - dx * (kw - 1) - 1) // sx + 1
+    if ho < 1 or wo < 1:
+        raise ValueError(f"conv2d: a {kh}x{kw} kernel does not fit a {h}x{w} input with this padding/dilation")
+    args = [None, x, w_ref]
+    if bias is not None:
+        args.append(_weight(g, bias, "identity"))
+    out = g.add_tensor((n, cout, ho, wo), np.float32)
+    args[0] = out
+    push = struct.pack("<16I", n, cin, h, w, cout, ho, wo, groups, kh, kw, sy, sx, py, px, dy, dx)
+    g.add_dispatch(DispatchNode("conv2d", args, push, {0: LOCAL_SIZE}, _groups(g, n * cout * ho * wo),
+                                {"HAS_BIAS": int(bias is not None)}))
+    return out
+
+
 @register
 def mean_pool(g: ComputeGraph, x: ValueRef, mask: ValueRef, batch: int) -> ValueRef:
     """Masked mean over tokens: ``x`` ``[batch*T, D]``, ``mask`` ``[batch*T]`` -> ``[batch, D]``."""
@@ -307,6 +347,6 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
 
 
 __all__ = [
-    "REGISTRY", "add", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear", "matmul", "mean_pool",
+    "REGISTRY", "add", "conv2d", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear", "matmul", "mean_pool",
     "mul", "register", "relu", "rms_norm", "rope", "sdpa", "silu", "softmax", "sub",
 ]
