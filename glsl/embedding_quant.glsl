@@ -1,6 +1,7 @@
 #version 450
-// out[t][k] = dequantized table[ids[t]][k] for a table packed by pack_quant.glsl; ids outside
-// [0, V) give a zero row.
+// out[t][k] = dequantized table[ids[t]][k] for a table packed by pack_quant.glsl. The bound table
+// is the window of rows [r0, r1) of a V-row table: only ids in the window are written, and the
+// dispatch with `first` set also writes zero rows for ids outside [0, V).
 #extension GL_GOOGLE_include_directive : require
 #include "quant_blocks.h"
 
@@ -15,7 +16,10 @@ layout(set = 0, binding = 2) readonly buffer Wq { uint w[]; };
 layout(push_constant) uniform Params {
     uint T;
     uint K;
+    uint r0;
+    uint r1;
     uint V;
+    uint first;
 };
 
 void main() {
@@ -24,11 +28,10 @@ void main() {
     for (uint i = gl_GlobalInvocationID.x; i < T * K; i += stride) {
         int id = ids[i / K];
         uint k = i % K;
-        float v = 0.0;
-        if (id >= 0 && uint(id) < V) {
-            uint blk = uint(id) * nb + k / 32u;
-            v = dequant(blk * WORDS, V * nb * WORDS + blk * SCALES, k % 32u);
+        if (id >= int(r0) && id < int(r1)) {
+            outv[i] = dequant(((uint(id) - r0) * nb + k / 32u) * REC, k % 32u);
+        } else if (first != 0u && (id < 0 || uint(id) >= V)) {
+            outv[i] = 0.0;
         }
-        outv[i] = v;
     }
 }

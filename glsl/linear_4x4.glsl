@@ -1,6 +1,8 @@
 #version 450
-// y[M][N] = x[M][K] * W^T (+ bias[N]) with W packed by pack_linear_4x4.glsl: one invocation per
-// (row m, block of 4 output channels n4) reads one vec4 of weights per input channel.
+// y[m][n0 + n] = x[m][:] . W[n][:] (+ bias[n0 + n]) for the N rows of W bound here (a window
+// starting at row n0 of a larger weight; ldy is y's row length), W packed by
+// pack_linear_4x4.glsl: one invocation per (row m, block of 4 output channels n4) reads one vec4
+// of weights per input channel.
 
 layout(local_size_x_id = 0) in;
 
@@ -15,6 +17,8 @@ layout(push_constant) uniform Params {
     uint M;
     uint N;
     uint K;
+    uint n0;
+    uint ldy;
 };
 
 void main() {
@@ -38,9 +42,9 @@ void main() {
             uint n = n4 * 4u + nn;
             if (n < N) {
 #if HAS_BIAS
-                y[m * N + n] = acc[nn] + bias[n];
+                y[m * ldy + n0 + n] = acc[nn] + bias[n0 + n];
 #else
-                y[m * N + n] = acc[nn];
+                y[m * ldy + n0 + n] = acc[nn];
 #endif
             }
         }

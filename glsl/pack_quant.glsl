@@ -30,14 +30,14 @@ void main() {
     for (uint blk = gl_GlobalInvocationID.x; blk < blocks; blk += stride) {
         uint base = (blk / nb) * row_bytes + (blk % nb) * BLOCK_BYTES;
         uint q = base + QUANT_OFFSET;
+        uint rec = blk * REC;
+        dst[rec] = floatBitsToUint(half_at(base));
+#if QTYPE == 1
+        dst[rec + 1u] = floatBitsToUint(half_at(base + 2u));
+#endif
         for (uint i = 0u; i < WORDS; ++i) {
             uint o = q + 4u * i;
-            dst[blk * WORDS + i] = byte_at(o) | (byte_at(o + 1u) << 8u) | (byte_at(o + 2u) << 16u) | (byte_at(o + 3u) << 24u);
+            dst[rec + SCALES + i] = byte_at(o) | (byte_at(o + 1u) << 8u) | (byte_at(o + 2u) << 16u) | (byte_at(o + 3u) << 24u);
         }
-        uint s = blocks * WORDS + blk * SCALES;
-        dst[s] = floatBitsToUint(half_at(base));
-#if QTYPE == 1
-        dst[s + 1u] = floatBitsToUint(half_at(base + 2u));
-#endif
     }
 }

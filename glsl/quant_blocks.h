@@ -3,8 +3,9 @@
 //   Q4_1: f16 d, f16 m, 16 bytes of nibbles    w = d * q + m         20 bytes
 //   Q8_0: f16 d, 32 int8                       w = d * q             34 bytes
 // Nibbles: byte j holds weight j (low) and weight j + 16 (high).
-// Packed (pack_quant.glsl): the quant words of every block, blocks row-major over (n, block),
-// then the scales as floats (d, or d and m for Q4_1), in the same block order.
+// Packed (pack_quant.glsl): one record of REC 32-bit words per block, blocks row-major over
+// (row, block): the scales as floats (d, or d and m for Q4_1), then the quant words. Rows are
+// contiguous, so a window of rows is a contiguous range of the buffer.
 #if QTYPE == 0
 #define BLOCK_BYTES 18u
 #define QUANT_OFFSET 2u
@@ -21,3 +22,4 @@
 #define WORDS 8u
 #define SCALES 1u
 #endif
+#define REC (WORDS + SCALES)

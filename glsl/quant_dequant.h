@@ -1,8 +1,9 @@
 // Reading packed quantized weights; include after quant_blocks.h and a readonly `uint w[]`.
 
-// Weight j (0..31) of the packed block whose quant words start at wbase and scales at sbase.
-float dequant(uint wbase, uint sbase, uint j) {
-    float d = uintBitsToFloat(w[sbase]);
+// Weight j (0..31) of the packed block whose record starts at word rec.
+float dequant(uint rec, uint j) {
+    float d = uintBitsToFloat(w[rec]);
+    uint wbase = rec + SCALES;
 #if QTYPE == 2
     uint word = w[wbase + j / 4u];
     return d * float(bitfieldExtract(int(word), int((j % 4u) * 8u), 8));
@@ -12,7 +13,7 @@ float dequant(uint wbase, uint sbase, uint j) {
 #if QTYPE == 0
     return d * (q - 8.0);
 #else
-    return d * q + uintBitsToFloat(w[sbase + 1u]);
+    return d * q + uintBitsToFloat(w[rec + 1u]);
 #endif
 #endif
 }

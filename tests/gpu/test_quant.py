@@ -20,14 +20,14 @@ def quantized(fmt, n, k, seed):
 
 
 def ref_packed(fmt, raw):
-    """The packed layout in numpy: quant words of every block, then float scales."""
+    """The packed layout in numpy: per block, its scales as float32, then its quant bytes."""
     block, words, scales, _ = QUANT_FORMATS[fmt]
     n, row = raw.shape
     blocks = raw.reshape(n * row // block, block)
     q_off = 4 if fmt == "q4_1" else 2
-    quants = blocks[:, q_off:q_off + 4 * words].copy().reshape(-1)
-    s = blocks[:, :2 * scales].copy().view(np.float16).astype(np.float32).reshape(-1)
-    return np.concatenate([quants.view(np.uint8), s.view(np.uint8)])
+    quants = blocks[:, q_off:q_off + 4 * words]
+    s = blocks[:, :2 * scales].copy().view(np.float16).astype(np.float32)
+    return np.concatenate([s.view(np.uint8), quants], axis=1).reshape(-1)
 
 
 @pytest.mark.parametrize("fmt", list(QUANT_FORMATS))

@@ -38,6 +38,7 @@ from .scheduler import (
     reduce_peak_memory,
 )
 from .staging import StagingRing, align_up
+from .windows import row_windows
 from .values import ArraySource, ByteSource, IOStaging, Scalar, Tensor, TensorRef, ValueRef
 
 ProgressFn = Callable[[int, int], None]  # (nodes done, nodes total)
@@ -87,6 +88,9 @@ class ComputeGraph:
         self._legacy_run: _PrepackRun | None = None
         limits = self.device.limits
         self.staging_alignment = max(16, limits["minStorageBufferOffsetAlignment"])
+        #: The most bytes one storage-buffer binding may span; bigger weights are packed and read
+        #: in row windows. (Tests lower it to exercise windows on small tensors.)
+        self.max_binding_nbytes: int = limits["maxStorageBufferRange"]
         self.max_groups_x = limits["maxComputeWorkGroupCount"][0]
 
     # --- building -----------------------------------------------------------------------------
@@ -150,13 +154,23 @@ class ComputeGraph:
         return dst_ref
 
     def _check_bindable(self, ref: TensorRef, dst: Tensor, packer: Packer) -> None:
-        most = self.device.limits["maxStorageBufferRange"]
-        if packer.shader is not None and max(ref.nbytes, dst.nbytes) > most:
+        """A shader packer must see source and destination through bindings of at most
+        max_binding_nbytes: whole, or in row windows when the packer can window."""
+        most = self.max_binding_nbytes
+        if packer.shader is None or max(ref.nbytes, dst.nbytes) <= most:
+            return
+        layout = packer.row_layout(ref)
+        try:
+            if layout is None:
+                raise ValueError(f"packer {packer.name!r} cannot pack in row windows")
+            rows, src_row, dst_row, unit = layout
+            row_windows(rows, (src_row, dst_row), most, self.staging_alignment, unit)
+        except ValueError as exc:
             raise UnsupportedFeatureError(
                 "vkUpdateDescriptorSets", "maxStorageBufferRange",
-                f"tensor {ref.name!r} needs {max(ref.nbytes, dst.nbytes)} bytes in one binding for packer "
-                f"{packer.name!r}; {self.device.name} binds at most {most}",
-            )
+                f"tensor {ref.name!r} needs {max(ref.nbytes, dst.nbytes)} bytes in one binding ({exc}); "
+                f"{self.device.name} binds at most {most}",
+            ) from None
 
     def add_dispatch(self, node: DispatchNode) -> None:
         if self.prepacked and self._execute is not None:
@@ -453,9 +467,8 @@ class _PrepackRun:
         try:
             self.ring = StagingRing(dev, capacity, align) if total else None
             self.pool = CommandPool(dev, transient=True)
-            shader_nodes = sum(1 for n in nodes if n.packer.shader is not None and not n.direct)
-            self.dpool = DescriptorPool(dev, max(1, shader_nodes),
-                                        {DescriptorType.STORAGE_BUFFER: max(2, 2 * shader_nodes)})
+            sets = sum(len(n.windows(graph)) for n in nodes if n.packer.shader is not None and not n.direct)
+            self.dpool = DescriptorPool(dev, max(1, sets), {DescriptorType.STORAGE_BUFFER: max(2, 2 * sets)})
             if dev.physical.timestamps_supported and plan:
                 self.queries = TimestampQueryPool(dev, 2 * len(plan))
         except BaseException:

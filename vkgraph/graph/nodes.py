@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ..runtime import CommandBuffer, DescriptorPool
 from .packers import Packer
 from .staging import StagingRegion, align_up
+from .windows import row_windows
 from .values import Tensor, TensorRef, ValueRef
 
 if TYPE_CHECKING:
@@ -34,6 +35,16 @@ class PrepackNode:
     def staging_nbytes(self, graph: ComputeGraph) -> int:
         return 0 if self.direct else graph.values[self.src].nbytes
 
+    def windows(self, graph: ComputeGraph) -> list[tuple[int, int] | None]:
+        """The packing dispatches: one (None) when source and destination fit one binding,
+        else row windows that do (only shader packers bind, so only they need this)."""
+        src: TensorRef = graph.values[self.src]
+        dst: Tensor = graph.values[self.dst]
+        if self.packer.shader is None or max(align_up(src.nbytes, 4), dst.nbytes) <= graph.max_binding_nbytes:
+            return [None]
+        rows, src_row, dst_row, unit = self.packer.row_layout(src)
+        return row_windows(rows, (src_row, dst_row), graph.max_binding_nbytes, graph.staging_alignment, unit)
+
     def encode(self, graph: ComputeGraph, cmd: CommandBuffer, region: StagingRegion | None,
                pool: DescriptorPool | None) -> int:
         """Allocate the destination, stage and record the packing; returns dispatches recorded."""
@@ -52,15 +63,25 @@ class PrepackNode:
             else:
                 kernel = graph.kernel(self.packer.shader, 2, self.packer.push_nbytes, {0: PACK_LOCAL_SIZE},
                                       self.packer.defines)
-                dset = pool.allocate(kernel.set_layout)
-                # Shaders read 32-bit words: bind whole words (the region keeps the padding).
-                dset.bind_buffers({0: (region.buffer, offset, align_up(data.nbytes, 4)), 1: dst.buffer})
                 cmd.bind_pipeline(kernel.pipeline)
-                cmd.bind_descriptor_sets(kernel.layout, [dset])
-                cmd.push_constants(kernel.layout, self.packer.push_constants(src))
-                groups = dispatch_groups(self.packer.work_items(dst), PACK_LOCAL_SIZE, graph.max_groups_x)
-                cmd.dispatch(groups)
-                dispatches = 1
+                src_nbytes = align_up(data.nbytes, 4)  # shaders read whole words; the region keeps the padding
+                for window in self.windows(graph):
+                    if window is None:
+                        src_bind, dst_bind = (region.buffer, offset, src_nbytes), dst.buffer
+                        push, work = self.packer.push_constants(src), self.packer.work_items(dst)
+                    else:
+                        r0, r1 = window
+                        _rows, src_row, dst_row, unit = self.packer.row_layout(src)
+                        src_bind = (region.buffer, offset + r0 * src_row,
+                                    min(align_up((r1 - r0) * src_row, 4), src_nbytes - r0 * src_row))
+                        dst_bind = (dst.buffer, r0 * dst_row, min(align_up(r1 - r0, unit) * dst_row, dst.nbytes - r0 * dst_row))
+                        push, work = self.packer.window_push(src, r0, r1), self.packer.window_work(src, r0, r1)
+                    dset = pool.allocate(kernel.set_layout)
+                    dset.bind_buffers({0: src_bind, 1: dst_bind})
+                    cmd.bind_descriptor_sets(kernel.layout, [dset])
+                    cmd.push_constants(kernel.layout, push)
+                    cmd.dispatch(dispatch_groups(work, PACK_LOCAL_SIZE, graph.max_groups_x))
+                    dispatches += 1
         del data
         src.readers -= 1
         if src.readers == 0:
@@ -70,11 +91,12 @@ class PrepackNode:
 
 @dataclass
 class DispatchNode:
-    """One compute dispatch: tensors bound to bindings 0..n-1 in order, push constants,
-    specialization constants (constant 0 is the local size x) and a workgroup count."""
+    """One compute dispatch: tensors bound to bindings 0..n-1 in order (a ``(ref, offset,
+    nbytes)`` argument binds a window of the tensor's buffer), push constants, specialization
+    constants (constant 0 is the local size x) and a workgroup count."""
 
     shader: str
-    args: list[ValueRef]
+    args: list[ValueRef | tuple[ValueRef, int, int]]
     push: bytes = b""
     spec: dict[int, int | float | bool] = field(default_factory=dict)
     groups: tuple[int, int, int] = (1, 1, 1)
@@ -83,7 +105,10 @@ class DispatchNode:
     def encode(self, graph: ComputeGraph, cmd: CommandBuffer, pool: DescriptorPool) -> None:
         kernel = graph.kernel(self.shader, len(self.args), len(self.push), self.spec, self.defines)
         dset = pool.allocate(kernel.set_layout)
-        dset.bind_buffers({i: graph.values[ref].buffer for i, ref in enumerate(self.args)})
+        dset.bind_buffers({
+            i: (graph.values[a[0]].buffer, a[1], a[2]) if isinstance(a, tuple) else graph.values[a].buffer
+            for i, a in enumerate(self.args)
+        })
         cmd.bind_pipeline(kernel.pipeline)
         cmd.bind_descriptor_sets(kernel.layout, [dset])
         if self.push:

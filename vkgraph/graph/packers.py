@@ -44,6 +44,18 @@ class Packer:
     def make_dst(self, src: TensorRef, name: str) -> Tensor:
         return Tensor(name, self.dst_shape(src), src.dtype, self.layout, self.packed_nbytes(src), constant=True)
 
+    def row_layout(self, src: TensorRef) -> tuple[int, int, int, int] | None:
+        """(rows, source bytes per row, packed bytes per row, rows packed together) when the
+        packer can pack a window of rows at a time (tensors beyond one binding); else None."""
+        return None
+
+    def window_push(self, src: TensorRef, r0: int, r1: int) -> bytes:
+        """Push constants for packing rows [r0, r1) bound at their offsets."""
+        raise NotImplementedError
+
+    def window_work(self, src: TensorRef, r0: int, r1: int) -> int:
+        raise NotImplementedError
+
     def validate_source(self, src: TensorRef) -> None:
         """Raise :class:`PrepackMismatchError` naming the tensor unless this packer accepts src."""
         declared = _numel(src.shape) * src.dtype.itemsize
@@ -114,6 +126,16 @@ class Linear4x4Packer(_Words2D):
     def push_constants(self, src: TensorRef) -> bytes:
         return struct.pack("<II", *src.shape)
 
+    def row_layout(self, src: TensorRef) -> tuple[int, int, int, int]:
+        n, k = src.shape
+        return n, k * 4, (k + 3) // 4 * 16, 4
+
+    def window_push(self, src: TensorRef, r0: int, r1: int) -> bytes:
+        return struct.pack("<II", r1 - r0, src.shape[1])
+
+    def window_work(self, src: TensorRef, r0: int, r1: int) -> int:
+        return (r1 - r0 + 3) // 4 * ((src.shape[1] + 3) // 4) * 16
+
 
 class Conv2dC4Packer(Packer):
     """Conv weights ``[Cout, Cin/groups, KH, KW]`` channels-packed as ``[Cout4, KH, KW, Cin/groups, 4]``
@@ -140,6 +162,7 @@ class Conv2dC4Packer(Packer):
 
 
 #: GGML block formats: (block bytes, packed quant words per block, scales per block, QTYPE).
+#: Packed, each block is a record of scales then quant words (glsl/quant_blocks.h).
 QUANT_FORMATS = {"q4_0": (18, 4, 1, 0), "q4_1": (20, 4, 2, 1), "q8_0": (34, 8, 1, 2)}
 
 
@@ -176,6 +199,16 @@ class QuantPacker(Packer):
 
     def make_dst(self, src: TensorRef, name: str) -> Tensor:
         return Tensor(name, self.dst_shape(src), np.dtype(np.float32), self.layout, self.packed_nbytes(src), constant=True)
+
+    def row_layout(self, src: TensorRef) -> tuple[int, int, int, int]:
+        rows, nb = self._blocks(src)
+        return rows, src.shape[1], nb * (self.words + self.scales) * 4, 1
+
+    def window_push(self, src: TensorRef, r0: int, r1: int) -> bytes:
+        return struct.pack("<III", r1 - r0, self._blocks(src)[1], src.shape[1])
+
+    def window_work(self, src: TensorRef, r0: int, r1: int) -> int:
+        return (r1 - r0) * self._blocks(src)[1]
 
     def validate_source(self, src: TensorRef) -> None:
         if src.quant != self.name:

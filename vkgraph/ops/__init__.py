@@ -11,6 +11,8 @@ import numpy as np
 from ..graph.compute_graph import ComputeGraph
 from ..graph.nodes import DispatchNode, dispatch_groups
 from ..graph.packers import QUANT_FORMATS
+from ..errors import UnsupportedFeatureError
+from ..graph.windows import row_windows
 from ..graph.values import Tensor, TensorRef, ValueRef
 
 LOCAL_SIZE = 64
@@ -41,6 +43,25 @@ def _weight(g: ComputeGraph, ref: ValueRef, packer: str) -> ValueRef:
     return ref
 
 
+def _row_windows(g: ComputeGraph, ref: ValueRef, rows: int, unit: int = 1) -> list[tuple[int, int, tuple]]:
+    """``[(r0, r1, binding)]``: the whole weight, or windows of rows that each fit one binding
+    (for weights beyond maxStorageBufferRange)."""
+    t = g.values[ref]
+    if t.nbytes <= g.max_binding_nbytes:
+        return [(0, rows, ref)]
+    row_nbytes = t.nbytes // ((rows + unit - 1) // unit * unit)
+    try:
+        windows = row_windows(rows, (row_nbytes,), g.max_binding_nbytes, g.staging_alignment, unit)
+    except ValueError as exc:
+        raise UnsupportedFeatureError("vkUpdateDescriptorSets", "maxStorageBufferRange",
+                                      f"tensor {t.name!r} of {t.nbytes} bytes cannot be read in windows ({exc})") from None
+    out = []
+    for r0, r1 in windows:
+        off = r0 * row_nbytes
+        out.append((r0, r1, (ref, off, min((r1 - r0 + unit - 1) // unit * unit * row_nbytes, t.nbytes - off))))
+    return out
+
+
 def _groups(g: ComputeGraph, work: int) -> tuple[int, int, int]:
     return (dispatch_groups(work, LOCAL_SIZE, g.max_groups_x), 1, 1)
 
@@ -55,22 +76,23 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     if len(xt.shape) != 2 or len(w.shape) != 2 or w.shape[1] != xt.shape[1]:
         raise ValueError(f"linear: input {xt.shape} and weight {w.shape} do not fit ([M, K] x [N, K])")
     (m, k), n = xt.shape, w.shape[0]
+    y = g.add_tensor((m, n), np.float32)
     if w.layout in QUANT_FORMATS:
         if bias is not None:
             raise ValueError("linear: a bias with quantized weights is not supported")
-        y = g.add_tensor((m, n), np.float32)
-        g.add_dispatch(DispatchNode("linear_quant", [y, x, w_ref], struct.pack("<III", m, n, k), {0: LOCAL_SIZE},
-                                    _groups(g, m * n), {"QTYPE": QUANT_FORMATS[w.layout][3]}))
+        for r0, r1, wb in _row_windows(g, w_ref, n):
+            g.add_dispatch(DispatchNode("linear_quant", [y, x, wb], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
+                                        {0: LOCAL_SIZE}, _groups(g, m * (r1 - r0)), {"QTYPE": QUANT_FORMATS[w.layout][3]}))
         return y
-    args = [None, x, w_ref]
+    extra = []
     if bias is not None:
         if tuple(g.values[bias].shape) != (n,):
             raise ValueError(f"linear: bias {g.values[bias].shape} does not match {n} output features")
-        args.append(_weight(g, bias, "identity"))
-    y = g.add_tensor((m, n), np.float32)
-    args[0] = y
-    g.add_dispatch(DispatchNode("linear_4x4", args, struct.pack("<III", m, n, k), {0: LOCAL_SIZE},
-                                _groups(g, m * ((n + 3) // 4)), {"HAS_BIAS": int(bias is not None)}))
+        extra.append(_weight(g, bias, "identity"))
+    for r0, r1, wb in _row_windows(g, w_ref, n, unit=4):
+        g.add_dispatch(DispatchNode("linear_4x4", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
+                                    {0: LOCAL_SIZE}, _groups(g, m * ((r1 - r0 + 3) // 4)),
+                                    {"HAS_BIAS": int(bias is not None)}))
     return y
 
 
@@ -337,12 +359,11 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
     v, d = tt.shape
     t = it.shape[0]
     out = g.add_tensor((t, d), np.float32)
-    if tt.layout in QUANT_FORMATS:
-        g.add_dispatch(DispatchNode("embedding_quant", [out, ids, table], struct.pack("<III", t, d, v),
-                                    {0: LOCAL_SIZE}, _groups(g, t * d), {"QTYPE": QUANT_FORMATS[tt.layout][3]}))
-    else:
-        g.add_dispatch(DispatchNode("embedding", [out, ids, table], struct.pack("<III", t, d, v), {0: LOCAL_SIZE},
-                                    _groups(g, t * d)))
+    quant = tt.layout in QUANT_FORMATS
+    for i, (r0, r1, tb) in enumerate(_row_windows(g, table, v)):
+        g.add_dispatch(DispatchNode("embedding_quant" if quant else "embedding", [out, ids, tb],
+                                    struct.pack("<6I", t, d, r0, r1, v, int(i == 0)), {0: LOCAL_SIZE},
+                                    _groups(g, t * d), {"QTYPE": QUANT_FORMATS[tt.layout][3]} if quant else {}))
     return out
 
 

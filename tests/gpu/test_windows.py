@@ -1,0 +1,106 @@
+"""Tensors bigger than one storage-buffer binding (maxStorageBufferRange): packed and read in
+row windows. Most cases lower the graph's binding limit so small tensors take the same path."""
+
+import gguf
+import numpy as np
+import pytest
+from gguf.quants import dequantize, quantize
+
+from vkgraph import ops
+from vkgraph.errors import UnsupportedFeatureError
+from vkgraph.graph import ComputeGraph
+
+from .test_prepack import ref_linear_4x4
+from .test_quant import QTYPES, ref_packed
+
+LIMIT = 4096  # bytes per binding in these tests
+
+
+def small_limit_graph(device, compiler):
+    g = ComputeGraph(device=device, compiler=compiler)
+    g.max_binding_nbytes = LIMIT
+    return g
+
+
+@pytest.mark.parametrize("n,k,bias", [(37, 70, True), (64, 33, False), (5, 200, True)])
+def test_fp32_linear_in_windows(device, compiler, n, k, bias):
+    rng = np.random.default_rng(n + k)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    with small_limit_graph(device, compiler) as g:
+        wd = g.prepack_tensor(g.add_tensorref(w, "w"), "linear_4x4")
+        xin = g.add_input(x.shape, np.float32, "x")
+        g.set_output(ops.linear(g, xin, wd, g.add_tensorref(b, "b") if bias else None), "y")
+        report = g.run_prepack()
+        assert report.packing_dispatches > 1  # the weight was packed in several windows
+        np.testing.assert_array_equal(g.read_tensor(wd), ref_linear_4x4(w).reshape(-1).view(np.uint8))
+        y = g.execute({"x": x})["y"]
+        assert sum(1 for node in g.execute_nodes if node.shader == "linear_4x4") > 1
+    np.testing.assert_allclose(y, x @ w.T + (b if bias else 0), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", list(QTYPES))
+def test_quantized_linear_and_embedding_in_windows(device, compiler, fmt):
+    rng = np.random.default_rng(len(fmt))
+    n, k = 300, 64
+    raw = quantize(rng.standard_normal((n, k)).astype(np.float32), QTYPES[fmt])
+    deq = dequantize(raw, QTYPES[fmt]).astype(np.float32)
+    x = rng.standard_normal((2, k)).astype(np.float32)
+    ids = np.array([299, 0, -5, 150, 300, 7], np.int32)
+    with small_limit_graph(device, compiler) as g:
+        wd = g.prepack_tensor(g.add_tensorref(raw, "blk.w", quant=fmt))
+        xin, idin = g.add_input(x.shape, np.float32, "x"), g.add_input(ids.shape, np.int32, "ids")
+        g.set_output(ops.linear(g, xin, wd), "y")
+        g.set_output(ops.embedding(g, idin, wd), "e")
+        assert g.run_prepack().packing_dispatches > 1
+        np.testing.assert_array_equal(g.read_tensor(wd), ref_packed(fmt, raw))
+        out = g.execute({"x": x, "ids": ids})
+    np.testing.assert_allclose(out["y"], x.astype(np.float64) @ deq.T, rtol=1e-4, atol=1e-4)
+    valid = (ids >= 0) & (ids < n)
+    np.testing.assert_array_equal(out["e"], np.where(valid[:, None], deq[np.clip(ids, 0, n - 1)], 0))
+
+
+def test_fp32_embedding_in_windows(device, compiler):
+    table = np.random.default_rng(3).standard_normal((500, 24)).astype(np.float32)
+    ids = np.array([499, 0, 250, -1, 500, 42, 42], np.int32)
+    with small_limit_graph(device, compiler) as g:
+        idin = g.add_input(ids.shape, np.int32, "ids")
+        g.set_output(ops.embedding(g, idin, g.add_tensorref(table, "emb")), "e")
+        g.run_prepack()
+        e = g.execute({"ids": ids})["e"]
+        assert sum(1 for node in g.execute_nodes if node.shader == "embedding") > 1
+    valid = (ids >= 0) & (ids < 500)
+    np.testing.assert_array_equal(e, np.where(valid[:, None], table[np.clip(ids, 0, 499)], 0))
+
+
+def test_unwindowable_tensors_are_refused_before_any_gpu_work(device, compiler):
+    with small_limit_graph(device, compiler) as g:
+        ref = g.add_tensorref(np.ones((40, 40), np.float32), "big.T")
+        with pytest.raises(UnsupportedFeatureError, match="'big.T' needs 6400 bytes in one binding"):
+            g.prepack_tensor(ref, "transposed")
+        wide = g.add_tensorref(np.ones((5, 300), np.float32), "too.wide")  # one 4-row block > 4096 bytes
+        with pytest.raises(UnsupportedFeatureError, match="'too.wide' needs 9600 bytes .*4 rows of 1200 bytes"):
+            g.prepack_tensor(wide, "linear_4x4")
+        assert not g.prepack_nodes
+
+
+@pytest.mark.slow
+def test_weight_beyond_max_storage_buffer_range(device, compiler):
+    """A real fp32 weight larger than the device's maxStorageBufferRange (128 MiB on lavapipe)."""
+    most = device.limits["maxStorageBufferRange"]
+    if most > 1 << 28:
+        pytest.skip(f"maxStorageBufferRange is {most} bytes; this test builds a weight just above it")
+    k = 4100
+    n = most // (k * 4) + 8  # just over the limit, and not a multiple of 4 rows
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    x = rng.standard_normal((2, k), dtype=np.float32)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        assert w.nbytes > most
+        xin = g.add_input(x.shape, np.float32, "x")
+        g.set_output(ops.linear(g, xin, g.add_tensorref(w, "lm_head")), "y")
+        report = g.run_prepack()
+        assert report.packing_dispatches == 2
+        y = g.execute({"x": x})["y"]
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=2e-3)
