@@ -24,11 +24,11 @@ from .errors import ConfigError
 MiB = 1 << 20
 
 # Kinds of values, for validation and for parsing environment strings.
-NBYTES, COUNT, BOOL, TEXT, REDUCE = "nbytes", "count", "bool", "text", "reduce"
+NBYTES, COUNT, BOOL, TEXT, REDUCE, CHOICE = "nbytes", "count", "bool", "text", "reduce", "choice"
 
 
-def _key(kind: str, default: Any) -> Any:
-    return field(default=default, metadata={"kind": kind})
+def _key(kind: str, default: Any, choices: tuple[str, ...] = ()) -> Any:
+    return field(default=default, metadata={"kind": kind, "choices": choices})
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,14 @@ class ExecuteConfig:
 
 
 @dataclass(frozen=True)
+class GraphOptions:
+    """Storage overrides, as ET-VK's GraphConfig has them ("" = each op's default: buffers)."""
+
+    storage: str = _key(CHOICE, "", ("", "buffer", "texture3d"))
+    memory_layout: str = _key(CHOICE, "", ("", "channels_packed", "width_packed"))
+
+
+@dataclass(frozen=True)
 class DeviceConfig:
     prefer: str = _key(TEXT, "")  # device-name substring or ICD json path; "" = first device
     validation: bool = _key(BOOL, False)
@@ -72,6 +80,7 @@ class GraphConfig:
 
     prepack: PrepackConfig = field(default_factory=PrepackConfig)
     execute: ExecuteConfig = field(default_factory=ExecuteConfig)
+    graph: GraphOptions = field(default_factory=GraphOptions)
     device: DeviceConfig = field(default_factory=DeviceConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     source: str | None = field(default=None, compare=False)  # the file it came from
@@ -97,6 +106,7 @@ class GraphConfig:
 GROUPS: dict[str, type] = {
     "prepack": PrepackConfig,
     "execute": ExecuteConfig,
+    "graph": GraphOptions,
     "device": DeviceConfig,
     "cache": CacheConfig,
 }
@@ -124,6 +134,11 @@ def schema() -> dict[str, str]:
     }
 
 
+def _choices(dotted: str) -> tuple[str, ...]:
+    group, key = dotted.split(".")
+    return next(f.metadata["choices"] for f in dataclasses.fields(GROUPS[group]) if f.name == key)
+
+
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
@@ -143,7 +158,7 @@ def parse_nbytes(value: Any) -> int:
     return value
 
 
-def _coerce(kind: str, value: Any, from_env: bool) -> Any:
+def _coerce(kind: str, value: Any, from_env: bool, choices: tuple[str, ...] = ()) -> Any:
     """Validate (and, for environment strings, parse) one value; ValueError says why not."""
     if kind == NBYTES:
         return parse_nbytes(value)
@@ -172,6 +187,10 @@ def _coerce(kind: str, value: Any, from_env: bool) -> Any:
         if not isinstance(value, str):
             raise ValueError(f"must be a string, got {value!r}")
         return value
+    if kind == CHOICE:
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+        return value
     raise AssertionError(kind)
 
 
@@ -188,7 +207,7 @@ def _apply(cfg: GraphConfig, values: Mapping[str, Any], where: str | None, from_
                 f"; groups are: {', '.join(GROUPS)}")
             raise ConfigError(where, label, f"unknown key{hint}")
         try:
-            coerced = _coerce(kinds[dotted], value, from_env)
+            coerced = _coerce(kinds[dotted], value, from_env, _choices(dotted))
         except ValueError as exc:
             raise ConfigError(where, label, str(exc)) from None
         group, key = dotted.split(".")

@@ -57,7 +57,7 @@ def test_sizes(tmp_path, text, bytes_):
     "text,key,reason",
     [
         ("[prepack]\nthreshold_bytes = 1\n", "prepack.threshold_bytes", "unknown key; prepack keys are: threshold_nbytes"),
-        ("[prepak]\nthreshold_nbytes = 1\n", "prepak", "unknown group; groups are: prepack, execute, device, cache"),
+        ("[prepak]\nthreshold_nbytes = 1\n", "prepak", "unknown group; groups are: prepack, execute, graph, device, cache"),
         ("[prepack]\nthreshold_nbytes = -1\n", "prepack.threshold_nbytes", "must be >= 0, got -1"),
         ("[prepack]\nthreshold_nbytes = true\n", "prepack.threshold_nbytes", "must be a byte count"),
         ('[prepack]\nthreshold_nbytes = "lots"\n', "prepack.threshold_nbytes", "cannot read 'lots' as a size"),
@@ -66,6 +66,7 @@ def test_sizes(tmp_path, text, bytes_):
         ('[prepack]\nreduce_peak_memory = "sometimes"\n', "prepack.reduce_peak_memory", 'must be true, false or "auto"'),
         ('[device]\nvalidation = "yes"\n', "device.validation", "must be true or false"),
         ("[device]\nprefer = 3\n", "device.prefer", "must be a string, got 3"),
+        ('[graph]\nstorage = "texture2d"\n', "graph.storage", "must be one of '', 'buffer', 'texture3d'"),
         ("prepack = 3\n", "prepack", "must be a table"),
         ("[prepack\n", "(syntax)", ""),
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from ..runtime import (
     DescriptorType,
     Device,
     Fence,
+    Image3D,
     MemoryKind,
     PipelineLayout,
     ShaderModule,
@@ -27,7 +29,7 @@ from ..runtime import (
     TimestampQueryPool,
 )
 from ..shaders import SpirvCompiler
-from .nodes import PACK_LOCAL_SIZE, DispatchNode, PrepackNode
+from .nodes import PACK_LOCAL_SIZE, DispatchNode, PrepackNode, dispatch_groups, packer_bindings
 from .packers import Packer, get_packer
 from .report import CommandBufferSpan, LoadReport
 from .scheduler import (
@@ -79,7 +81,7 @@ class ComputeGraph:
         self.inputs: dict[str, IOStaging] = {}
         self.outputs: dict[str, IOStaging] = {}
         self._kernels: dict[tuple, Kernel] = {}
-        self._buffers: list[Buffer] = []
+        self._resources: list[Buffer | Image3D] = []
         self._execute: tuple[CommandPool, DescriptorPool, list[CommandBuffer], Fence] | None = None
         self._clock_offset_ns: float | None = None
         self.prepacked = False
@@ -123,6 +125,20 @@ class ComputeGraph:
         ref_name = name or f"t{len(self.values)}"
         return self._add(Tensor(ref_name, tuple(int(s) for s in shape), np.dtype(dtype)), name)
 
+    def add_texture(self, shape: Sequence[int], layout: str = "channels_packed", name: str | None = None) -> ValueRef:
+        """A float32 device tensor in texture storage (memory bound when execute is encoded)."""
+        t = Tensor(name or f"t{len(self.values)}", tuple(int(s) for s in shape), np.dtype(np.float32), layout,
+                   storage="texture3d")
+        self._check_texture(t)
+        return self._add(t, name)
+
+    def _check_texture(self, t: Tensor) -> None:
+        most = self.device.limits["maxImageDimension3D"]
+        if max(t.extents()) > most:
+            raise UnsupportedFeatureError("vkCreateImage", "maxImageDimension3D",
+                                          f"tensor {t.name!r} {t.shape} needs a {t.extents()} texture; "
+                                          f"{self.device.name} allows at most {most} texels per side")
+
     def add_scalar(self, value: Any) -> ValueRef:
         return self._add(Scalar(value), None)
 
@@ -132,8 +148,30 @@ class ComputeGraph:
         return ref
 
     def set_output(self, ref: ValueRef, name: str | None = None) -> None:
+        """Read ``ref`` back after every execute (a texture is converted back to NCHW first)."""
         tensor = self.values[ref]
+        if tensor.storage == "texture3d":
+            ref = self.texture_to_buffer(ref)
         self.outputs[name or tensor.name] = IOStaging(ref, name or tensor.name)
+
+    def texture_to_buffer(self, ref: ValueRef) -> ValueRef:
+        """A dispatch that copies texture tensor ``ref`` into a new NCHW buffer tensor."""
+        t: Tensor = self.values[ref]
+        out = self.add_tensor(t.shape, np.float32)
+        self.add_dispatch(DispatchNode("image_to_nchw", [ref, out], struct.pack("<IIII", *t.sizes()), {0: 64},
+                                       (dispatch_groups(int(np.prod(t.shape)), 64, self.max_groups_x), 1, 1),
+                                       {"CHANNELS_PACKED": int(t.layout != "width_packed")}))
+        return out
+
+    def buffer_to_texture(self, ref: ValueRef, layout: str = "channels_packed") -> ValueRef:
+        """A dispatch that copies buffer tensor ``ref`` (NCHW) into a new texture tensor."""
+        t: Tensor = self.values[ref]
+        out = self.add_texture(t.shape, layout)
+        texels = int(np.prod(self.values[out].extents()))
+        self.add_dispatch(DispatchNode("nchw_to_image", [ref, out], struct.pack("<IIII", *t.sizes()), {0: 64},
+                                       (dispatch_groups(texels, 64, self.max_groups_x), 1, 1),
+                                       {"CHANNELS_PACKED": int(layout != "width_packed")}))
+        return out
 
     def prepack_tensor(self, src: ValueRef, packer: str | Packer | None = None, name: str | None = None) -> ValueRef:
         """Add a prepack node packing TensorRef ``src`` (default packer: its block format if it
@@ -147,6 +185,8 @@ class ComputeGraph:
         dst = packer.make_dst(ref, name or f"{ref.name}:{packer.name}")
         packer.validate(ref, dst)
         self._check_bindable(ref, dst, packer)
+        if dst.storage == "texture3d":
+            self._check_texture(dst)
         dst_ref = self._add(dst, None)
         direct = packer.shader is None and self.device.host_visible_device_local
         ref.readers += 1
@@ -157,7 +197,8 @@ class ComputeGraph:
         """A shader packer must see source and destination through bindings of at most
         max_binding_nbytes: whole, or in row windows when the packer can window."""
         most = self.max_binding_nbytes
-        if packer.shader is None or max(ref.nbytes, dst.nbytes) <= most:
+        bound = ref.nbytes if dst.storage == "texture3d" else max(ref.nbytes, dst.nbytes)
+        if packer.shader is None or bound <= most:
             return
         layout = packer.row_layout(ref)
         try:
@@ -179,15 +220,18 @@ class ComputeGraph:
 
     # --- kernels ------------------------------------------------------------------------------
 
-    def kernel(self, shader: str, bindings: int, push_nbytes: int, spec: Mapping[int, Any] | None = None,
-               defines: Mapping[str, object] | None = None) -> Kernel:
+    def kernel(self, shader: str, bindings: int | Sequence[DescriptorType], push_nbytes: int,
+               spec: Mapping[int, Any] | None = None, defines: Mapping[str, object] | None = None) -> Kernel:
+        """The pipeline for ``shader`` with these binding types (an int: that many storage
+        buffers), push-constant size, specialization constants and defines; made once."""
         spec = dict(spec or {})
         defines = dict(defines or {})
-        key = (shader, bindings, push_nbytes, tuple(sorted(spec.items())), tuple(sorted(defines.items())))
+        types = (DescriptorType.STORAGE_BUFFER,) * bindings if isinstance(bindings, int) else tuple(bindings)
+        key = (shader, types, push_nbytes, tuple(sorted(spec.items())), tuple(sorted(defines.items())))
         k = self._kernels.get(key)
         if k is None:
             spirv = self.compiler.compile_named(shader, defines)
-            set_layout = DescriptorSetLayout(self.device, [DescriptorType.STORAGE_BUFFER] * bindings)
+            set_layout = DescriptorSetLayout(self.device, list(types))
             layout = PipelineLayout(self.device, [set_layout], push_nbytes)
             module = ShaderModule(self.device, spirv, shader)
             pipeline = ComputePipeline(self.device, layout, module, spec)
@@ -198,16 +242,22 @@ class ComputeGraph:
         """Compile and create every pipeline the graph needs (before any timing starts)."""
         for node in self.prepack_nodes:
             if node.packer.shader is not None:
-                self.kernel(node.packer.shader, 2, node.packer.push_nbytes, {0: PACK_LOCAL_SIZE}, node.packer.defines)
+                self.kernel(node.packer.shader, packer_bindings(node.packer), node.packer.push_nbytes,
+                            {0: PACK_LOCAL_SIZE}, node.packer.defines)
         for node in self.execute_nodes:
-            self.kernel(node.shader, len(node.args), len(node.push), node.spec, node.defines)
+            self.kernel(node.shader, node.binding_types(self), len(node.push), node.spec, node.defines)
 
     # --- memory -------------------------------------------------------------------------------
 
-    def _allocate(self, tensor: Tensor) -> Buffer:
-        buf = Buffer(self.device, tensor.nbytes, MemoryKind.DEVICE, name=tensor.name)
-        self._buffers.append(buf)
-        return buf
+    def _allocate(self, tensor: Tensor) -> Buffer | Image3D:
+        """Device memory for ``tensor``: a buffer, or an image for texture storage."""
+        if tensor.storage == "texture3d":
+            res: Buffer | Image3D = Image3D(self.device, tensor.extents(), name=tensor.name)
+            tensor.image = res
+        else:
+            res = tensor.buffer = Buffer(self.device, tensor.nbytes, MemoryKind.DEVICE, name=tensor.name)
+        self._resources.append(res)
+        return res
 
     @property
     def total_constant_nbytes(self) -> int:
@@ -227,9 +277,9 @@ class ComputeGraph:
         if run is not None:
             run.close()
         for v in self.values:
-            if isinstance(v, Tensor) and v.constant and v.buffer is not None:
-                v.buffer.destroy()
-                v.buffer = None
+            if isinstance(v, Tensor) and v.constant and v.resource is not None:
+                v.resource.destroy()
+                v.buffer = v.image = None
 
     def encode_prepack(self) -> None:
         """Legacy path, step 1: encode every prepack node into one command buffer (not submitted)."""
@@ -311,20 +361,22 @@ class ComputeGraph:
             return
         self.prepare()
         for v in self.values:
-            if isinstance(v, Tensor) and v.buffer is None and not v.constant:
-                v.buffer = self._allocate(v)
+            if isinstance(v, Tensor) and v.resource is None and not v.constant:
+                self._allocate(v)
         for io, kind in [(s, MemoryKind.UPLOAD) for s in self.inputs.values()] + \
                         [(s, MemoryKind.READBACK) for s in self.outputs.values()]:
             t = self.values[io.tensor]
             io.buffer = Buffer(self.device, t.nbytes, kind, name=f"{io.name} staging")
-            self._buffers.append(io.buffer)
+            self._resources.append(io.buffer)
 
         nodes = self.execute_nodes
         pool = CommandPool(self.device)
         dpool = None
         try:
+            types = [t for n in nodes for t in n.binding_types(self)]
             dpool = DescriptorPool(self.device, max(1, len(nodes)),
-                                   {DescriptorType.STORAGE_BUFFER: max(1, sum(len(n.args) for n in nodes))})
+                                   {DescriptorType.STORAGE_BUFFER: max(1, types.count(DescriptorType.STORAGE_BUFFER)),
+                                    DescriptorType.STORAGE_IMAGE: types.count(DescriptorType.STORAGE_IMAGE)})
             plan = batches(len(nodes), execute_cut_points(len(nodes), self.config)) or [range(0)]
             cmds = pool.allocate(len(plan))
             for i, (cmd, batch) in enumerate(zip(cmds, plan)):
@@ -382,18 +434,21 @@ class ComputeGraph:
         return len(self._execute[2]) if self._execute else 0
 
     def read_tensor(self, ref: ValueRef) -> np.ndarray:
-        """The raw bytes of a device tensor (for checks; uses a readback copy)."""
+        """The raw bytes of a device tensor (a texture's texels), for checks."""
         t: Tensor = self.values[ref]
-        if t.buffer is None:
+        if t.resource is None:
             raise VkGraphError(f"tensor {t.name!r} has no memory yet")
-        if t.buffer.host_visible:
+        if t.buffer is not None and t.buffer.host_visible:
             return t.buffer.read(np.uint8, t.nbytes)
         with Buffer(self.device, t.nbytes, MemoryKind.READBACK) as rb, CommandPool(self.device) as pool, \
                 Fence(self.device) as fence:
             (cmd,) = pool.allocate()
             cmd.begin(one_time=True)
             cmd.compute_barrier()
-            cmd.copy_buffer(t.buffer, rb, t.nbytes)
+            if t.image is not None:  # raw texels: RGBA32F, x fastest
+                cmd.copy_image_to_buffer(t.image, rb)
+            else:
+                cmd.copy_buffer(t.buffer, rb, t.nbytes)
             cmd.host_read_barrier()
             cmd.end()
             self.device.submit([cmd], fence)
@@ -415,12 +470,12 @@ class ComputeGraph:
             dpool.destroy()
             pool.destroy()
             self._execute = None
-        for buf in self._buffers:
+        for buf in self._resources:
             buf.destroy()
-        self._buffers.clear()
+        self._resources.clear()
         for v in self.values:
             if isinstance(v, Tensor):
-                v.buffer = None
+                v.buffer = v.image = None
         for k in self._kernels.values():
             for obj in (k.pipeline, k.module, k.layout, k.set_layout):
                 obj.destroy()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..runtime import CommandBuffer, DescriptorPool
+from ..runtime import CommandBuffer, DescriptorPool, DescriptorType
 from .packers import Packer
 from .staging import StagingRegion, align_up
 from .windows import row_windows
@@ -21,6 +21,12 @@ def dispatch_groups(work_items: int, local_size: int, max_groups: int) -> int:
 
 
 PACK_LOCAL_SIZE = 64
+
+
+def packer_bindings(packer: Packer) -> tuple[DescriptorType, DescriptorType]:
+    """(source, destination) binding types of a packing shader."""
+    dst = DescriptorType.STORAGE_IMAGE if packer.storage == "texture3d" else DescriptorType.STORAGE_BUFFER
+    return DescriptorType.STORAGE_BUFFER, dst
 
 
 @dataclass
@@ -40,7 +46,8 @@ class PrepackNode:
         else row windows that do (only shader packers bind, so only they need this)."""
         src: TensorRef = graph.values[self.src]
         dst: Tensor = graph.values[self.dst]
-        if self.packer.shader is None or max(align_up(src.nbytes, 4), dst.nbytes) <= graph.max_binding_nbytes:
+        bound = align_up(src.nbytes, 4) if dst.storage == "texture3d" else max(align_up(src.nbytes, 4), dst.nbytes)
+        if self.packer.shader is None or bound <= graph.max_binding_nbytes:
             return [None]
         rows, src_row, dst_row, unit = self.packer.row_layout(src)
         return row_windows(rows, (src_row, dst_row), graph.max_binding_nbytes, graph.staging_alignment, unit)
@@ -50,7 +57,7 @@ class PrepackNode:
         """Allocate the destination, stage and record the packing; returns dispatches recorded."""
         src: TensorRef = graph.values[self.src]
         dst: Tensor = graph.values[self.dst]
-        dst.buffer = graph._allocate(dst)
+        resource = graph._allocate(dst)
         data = src.source.read()
         dispatches = 0
         if self.direct:
@@ -61,13 +68,15 @@ class PrepackNode:
             if self.packer.shader is None:
                 cmd.copy_buffer(region.buffer, dst.buffer, data.nbytes, src_offset=offset)
             else:
-                kernel = graph.kernel(self.packer.shader, 2, self.packer.push_nbytes, {0: PACK_LOCAL_SIZE},
-                                      self.packer.defines)
+                kernel = graph.kernel(self.packer.shader, packer_bindings(self.packer), self.packer.push_nbytes,
+                                      {0: PACK_LOCAL_SIZE}, self.packer.defines)
+                if dst.image is not None:
+                    cmd.prepare_image(dst.image)
                 cmd.bind_pipeline(kernel.pipeline)
                 src_nbytes = align_up(data.nbytes, 4)  # shaders read whole words; the region keeps the padding
                 for window in self.windows(graph):
                     if window is None:
-                        src_bind, dst_bind = (region.buffer, offset, src_nbytes), dst.buffer
+                        src_bind, dst_bind = (region.buffer, offset, src_nbytes), resource
                         push, work = self.packer.push_constants(src), self.packer.work_items(dst)
                     else:
                         r0, r1 = window
@@ -77,7 +86,7 @@ class PrepackNode:
                         dst_bind = (dst.buffer, r0 * dst_row, min(align_up(r1 - r0, unit) * dst_row, dst.nbytes - r0 * dst_row))
                         push, work = self.packer.window_push(src, r0, r1), self.packer.window_work(src, r0, r1)
                     dset = pool.allocate(kernel.set_layout)
-                    dset.bind_buffers({0: src_bind, 1: dst_bind})
+                    dset.bind({0: src_bind, 1: dst_bind})
                     cmd.bind_descriptor_sets(kernel.layout, [dset])
                     cmd.push_constants(kernel.layout, push)
                     cmd.dispatch(dispatch_groups(work, PACK_LOCAL_SIZE, graph.max_groups_x))
@@ -102,11 +111,22 @@ class DispatchNode:
     groups: tuple[int, int, int] = (1, 1, 1)
     defines: dict[str, object] = field(default_factory=dict)
 
+    def tensors(self, graph: ComputeGraph) -> list[Tensor]:
+        return [graph.values[a[0] if isinstance(a, tuple) else a] for a in self.args]
+
+    def binding_types(self, graph: ComputeGraph) -> tuple[DescriptorType, ...]:
+        """Storage images for texture tensors, storage buffers for the rest."""
+        return tuple(DescriptorType.STORAGE_IMAGE if t.storage == "texture3d" else DescriptorType.STORAGE_BUFFER
+                     for t in self.tensors(graph))
+
     def encode(self, graph: ComputeGraph, cmd: CommandBuffer, pool: DescriptorPool) -> None:
-        kernel = graph.kernel(self.shader, len(self.args), len(self.push), self.spec, self.defines)
+        kernel = graph.kernel(self.shader, self.binding_types(graph), len(self.push), self.spec, self.defines)
+        for t in self.tensors(graph):
+            if t.image is not None:
+                cmd.prepare_image(t.image)
         dset = pool.allocate(kernel.set_layout)
-        dset.bind_buffers({
-            i: (graph.values[a[0]].buffer, a[1], a[2]) if isinstance(a, tuple) else graph.values[a].buffer
+        dset.bind({
+            i: (graph.values[a[0]].buffer, a[1], a[2]) if isinstance(a, tuple) else graph.values[a].resource
             for i, a in enumerate(self.args)
         })
         cmd.bind_pipeline(kernel.pipeline)

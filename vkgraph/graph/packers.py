@@ -27,6 +27,7 @@ class Packer:
     layout: ClassVar[str] = "contiguous"
     push_nbytes: ClassVar[int] = 8
     defines: dict[str, object] = {}
+    storage: ClassVar[str] = "buffer"
 
     def dst_shape(self, src: TensorRef) -> tuple[int, ...]:
         return src.shape
@@ -161,6 +162,37 @@ class Conv2dC4Packer(Packer):
         super().validate_source(src)
 
 
+class TexturePacker(Packer):
+    """The standard packer: an NCHW fp32 tensor (1-4 dims) into a 3-D texture, channels- or
+    width-packed (glsl/nchw_to_image.glsl, layouts in glsl/texture_layout.h)."""
+
+    shader = "nchw_to_image"
+    storage = "texture3d"
+    push_nbytes = 16
+
+    def __init__(self, layout: str):
+        self.layout = layout  # type: ignore[misc]
+        self.name = f"texture3d_{layout}"  # type: ignore[misc]
+        self.defines = {"CHANNELS_PACKED": int(layout == "channels_packed")}
+
+    def make_dst(self, src: TensorRef, name: str) -> Tensor:
+        return Tensor(name, src.shape, src.dtype, self.layout, constant=True, storage="texture3d")
+
+    def packed_nbytes(self, src: TensorRef) -> int:
+        return self.make_dst(src, "").nbytes
+
+    def push_constants(self, src: TensorRef) -> bytes:
+        return struct.pack("<IIII", *Tensor("", src.shape, src.dtype).sizes())
+
+    def work_items(self, dst: Tensor) -> int:
+        return int(np.prod(dst.extents()))
+
+    def validate_source(self, src: TensorRef) -> None:
+        if not 1 <= len(src.shape) <= 4 or src.dtype != np.float32:
+            self._mismatch(src, f"needs a 1-4 dim float32 source, got dims {src.shape} {src.dtype}")
+        super().validate_source(src)
+
+
 #: GGML block formats: (block bytes, packed quant words per block, scales per block, QTYPE).
 #: Packed, each block is a record of scales then quant words (glsl/quant_blocks.h).
 QUANT_FORMATS = {"q4_0": (18, 4, 1, 0), "q4_1": (20, 4, 2, 1), "q8_0": (34, 8, 1, 2)}
@@ -229,7 +261,7 @@ class QuantPacker(Packer):
 PACKERS: dict[str, Packer] = {
     p.name: p
     for p in (IdentityPacker(), TransposedPacker(), Linear4x4Packer(), Conv2dC4Packer(),
-              *(QuantPacker(f) for f in QUANT_FORMATS))
+              TexturePacker("channels_packed"), TexturePacker("width_packed"), *(QuantPacker(f) for f in QUANT_FORMATS))
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from ..runtime import Buffer
+from ..runtime import Buffer, Image3D
 
 ValueRef = int
 
@@ -105,10 +105,29 @@ class Tensor:
     nbytes: int = 0
     constant: bool = False  # a prepacked weight
     buffer: Buffer | None = None
+    storage: str = "buffer"  # or "texture3d": an RGBA32F 3-D image, `layout` channels/width_packed
+    image: Image3D | None = None
 
     def __post_init__(self) -> None:
-        if not self.nbytes:
+        if self.storage == "texture3d":
+            self.nbytes = int(np.prod(self.extents(), dtype=np.int64)) * 16
+        elif not self.nbytes:
             self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def sizes(self) -> tuple[int, int, int, int]:
+        """NCHW sizes, missing leading dims as 1 (as ET-VK does)."""
+        return (1,) * (4 - len(self.shape)) + tuple(self.shape)[-4:]  # type: ignore[return-value]
+
+    def extents(self) -> tuple[int, int, int]:
+        """Texels of the texture: channels-packed (W, H, N*ceil(C/4)), width-packed (ceil(W/4), H, N*C)."""
+        n, c, h, w = self.sizes()
+        if self.layout == "width_packed":
+            return ((w + 3) // 4, h, n * c)
+        return (w, h, n * ((c + 3) // 4))
+
+    @property
+    def resource(self) -> Buffer | Image3D | None:
+        return self.image if self.storage == "texture3d" else self.buffer
 
 
 @dataclass

@@ -25,6 +25,16 @@ def register(fn: Callable[..., ValueRef]) -> Callable[..., ValueRef]:
     return fn
 
 
+def _buffer(g: ComputeGraph, ref: ValueRef, what: str) -> tuple[ValueRef, Tensor]:
+    """(ref, tensor) of a float32 tensor in buffer storage: a texture input is converted on the
+    device first (buffer-only kernels read it)."""
+    t = _tensor(g, ref, what)
+    if t.storage == "texture3d":
+        ref = g.texture_to_buffer(ref)
+        t = g.values[ref]
+    return ref, t
+
+
 def _tensor(g: ComputeGraph, ref: ValueRef, what: str) -> Tensor:
     t = g.values[ref]
     if not isinstance(t, Tensor):
@@ -70,7 +80,7 @@ def _groups(g: ComputeGraph, work: int) -> tuple[int, int, int]:
 def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None) -> ValueRef:
     """``y = x @ weight.T (+ bias)``; ``weight`` is ``[out_features, in_features]``: fp32 (packed
     4x4) or GGML-quantized (q4_0, q4_1, q8_0; packed into quant words + scales)."""
-    xt = _tensor(g, x, "linear input")
+    x, xt = _buffer(g, x, "linear input")
     w_ref = _weight(g, weight, "linear_4x4")
     w = g.values[w_ref]
     if len(xt.shape) != 2 or len(w.shape) != 2 or w.shape[1] != xt.shape[1]:
@@ -97,9 +107,9 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
 
 
 def _binary(g: ComputeGraph, a: ValueRef, b: ValueRef, op: int, name: str) -> ValueRef:
-    at = _tensor(g, a, f"{name} input a")
+    a, at = _buffer(g, a, f"{name} input a")
     b = _weight(g, b, "identity")
-    bt = _tensor(g, b, f"{name} input b")
+    b, bt = _buffer(g, b, f"{name} input b")
     na, nb = at.nbytes // 4, bt.nbytes // 4
     if not (bt.shape == at.shape or (len(bt.shape) == 1 and bt.shape[0] == at.shape[-1])):
         raise ValueError(f"{name}: b {bt.shape} must match a {at.shape} or its last dimension")
@@ -125,7 +135,7 @@ def mul(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
 
 
 def _unary(g: ComputeGraph, a: ValueRef, op: int, name: str) -> ValueRef:
-    at = _tensor(g, a, f"{name} input")
+    a, at = _buffer(g, a, f"{name} input")
     out = g.add_tensor(at.shape, np.float32)
     n = at.nbytes // 4
     g.add_dispatch(DispatchNode("unary", [out, a], struct.pack("<I", n), {0: LOCAL_SIZE}, _groups(g, n), {"OP": op}))
@@ -153,7 +163,7 @@ def gelu(g: ComputeGraph, a: ValueRef, approximate: str = "none") -> ValueRef:
 @register
 def layer_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef, eps: float = 1e-5) -> ValueRef:
     """LayerNorm over the last dimension of a ``[M, D]`` tensor."""
-    xt = _tensor(g, x, "layer_norm input")
+    x, xt = _buffer(g, x, "layer_norm input")
     m, d = xt.shape
     for what, ref in (("weight", weight), ("bias", bias)):
         if tuple(g.values[ref].shape) != (d,):
@@ -178,7 +188,7 @@ def rope(g: ComputeGraph, x: ValueRef, step: ValueRef, *, heads: int, theta: flo
          neox: bool = False) -> ValueRef:
     """Rotary embedding of ``x`` ``[T, heads*Dh]`` at positions ``step[0] + t``. Pairs are
     adjacent (GGUF llama) or, with ``neox``, half a head apart (Hugging Face llama)."""
-    xt = _tensor(g, x, "rope input")
+    x, xt = _buffer(g, x, "rope input")
     _step(g, step, "rope")
     t, width = xt.shape
     if width % heads or (width // heads) % 2:
@@ -192,7 +202,8 @@ def rope(g: ComputeGraph, x: ValueRef, step: ValueRef, *, heads: int, theta: flo
 @register
 def kv_write(g: ComputeGraph, cache: ValueRef, src: ValueRef, step: ValueRef) -> ValueRef:
     """Write ``src`` ``[T, W]`` into rows ``step[0]..`` of ``cache`` ``[rows, W]``; returns ``cache``."""
-    ct, st = _tensor(g, cache, "kv cache"), _tensor(g, src, "kv_write source")
+    ct = _tensor(g, cache, "kv cache")
+    src, st = _buffer(g, src, "kv_write source")
     _step(g, step, "kv_write")
     if ct.shape[1] != st.shape[1]:
         raise ValueError(f"kv_write: cache {ct.shape} and source {st.shape} differ in width")
@@ -209,7 +220,7 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
     ``[batch*S, kv_heads*Dh]``; ``key_mask``: ``[batch*S]`` (0 masks a key out). With
     ``step`` (a uint32 tensor), the first query's position is read from ``step[0]`` at run time
     instead of ``q_pos0``: attention over a key/value cache during generation."""
-    qt, kt, vt = (_tensor(g, r, f"sdpa {n}") for r, n in ((q, "q"), (k, "k"), (v, "v")))
+    (q, qt), (k, kt), (v, vt) = (_buffer(g, r, f"sdpa {n}") for r, n in ((q, "q"), (k, "k"), (v, "v")))
     kv_heads = kv_heads or heads
     if heads % kv_heads:
         raise ValueError(f"sdpa: {heads} heads cannot share {kv_heads} key/value heads")
@@ -241,7 +252,7 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
 @register
 def softmax(g: ComputeGraph, x: ValueRef) -> ValueRef:
     """Softmax over the last dimension of a ``[M, D]`` tensor."""
-    xt = _tensor(g, x, "softmax input")
+    x, xt = _buffer(g, x, "softmax input")
     m, d = xt.shape
     out = g.add_tensor((m, d), np.float32)
     g.add_dispatch(DispatchNode("softmax", [out, x], struct.pack("<II", m, d), {0: LOCAL_SIZE},
@@ -253,9 +264,9 @@ def softmax(g: ComputeGraph, x: ValueRef) -> ValueRef:
 def matmul(g: ComputeGraph, a: ValueRef, b: ValueRef, *, transpose_b: bool = False) -> ValueRef:
     """``a @ b`` (or ``a @ b.T``) for ``[M, K]`` x ``[K, N]`` or batched ``[B, M, K]`` x ``[B, K, N]``;
     both operands may be runtime tensors or constants."""
-    at = _tensor(g, a, "matmul a")
+    a, at = _buffer(g, a, "matmul a")
     b = _weight(g, b, "identity")
-    bt = _tensor(g, b, "matmul b")
+    b, bt = _buffer(g, b, "matmul b")
     if len(at.shape) != len(bt.shape) or len(at.shape) not in (2, 3):
         raise ValueError(f"matmul: a {at.shape} and b {bt.shape} must both be 2-D or both 3-D")
     batch = at.shape[0] if len(at.shape) == 3 else 1
@@ -281,8 +292,17 @@ def conv2d(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
            stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0,
            dilation: int | tuple[int, int] = 1, groups: int = 1) -> ValueRef:
     """2-D convolution of NCHW ``x`` with ``weight[Cout, Cin/groups, KH, KW]`` (channels-packed
-    on the device), as torch.nn.functional.conv2d."""
+    on the device), as torch.nn.functional.conv2d. Runs on channels-packed textures when ``x`` is
+    a texture or the config's ``graph.storage`` is ``"texture3d"``; the output then is one too."""
     xt = _tensor(g, x, "conv2d input")
+    texture = xt.storage == "texture3d" or g.config.graph.storage == "texture3d"
+    if texture and (xt.storage != "texture3d" or xt.layout != "channels_packed"):
+        if xt.storage == "texture3d":
+            x = g.texture_to_buffer(x)
+        x = g.buffer_to_texture(x, "channels_packed")
+        xt = g.values[x]
+    elif not texture:
+        x, xt = _buffer(g, x, "conv2d input")
     w_ref = _weight(g, weight, "conv2d_c4")
     wt = g.values[w_ref]
     if len(xt.shape) != 4 or wt.layout != "conv2d_c4":
@@ -301,18 +321,45 @@ def conv2d(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     args = [None, x, w_ref]
     if bias is not None:
         args.append(_weight(g, bias, "identity"))
+    push = struct.pack("<16I", n, cin, h, w, cout, ho, wo, groups, kh, kw, sy, sx, py, px, dy, dx)
+    if texture:
+        out = g.add_texture((n, cout, ho, wo), "channels_packed")
+        args[0] = out
+        g.add_dispatch(DispatchNode("conv2d_texture", args, push, {0: LOCAL_SIZE},
+                                    _groups(g, n * ((cout + 3) // 4) * ho * wo), {"HAS_BIAS": int(bias is not None)}))
+        return out
     out = g.add_tensor((n, cout, ho, wo), np.float32)
     args[0] = out
-    push = struct.pack("<16I", n, cin, h, w, cout, ho, wo, groups, kh, kw, sy, sx, py, px, dy, dx)
     g.add_dispatch(DispatchNode("conv2d", args, push, {0: LOCAL_SIZE}, _groups(g, n * cout * ho * wo),
                                 {"HAS_BIAS": int(bias is not None)}))
     return out
 
 
 @register
+def to_texture(g: ComputeGraph, x: ValueRef, layout: str = "") -> ValueRef:
+    """``x`` in texture storage (channels- or width-packed; default: the config's
+    ``graph.memory_layout``, else channels-packed)."""
+    layout = layout or g.config.graph.memory_layout or "channels_packed"
+    if layout not in ("channels_packed", "width_packed"):
+        raise ValueError(f"to_texture: layout must be channels_packed or width_packed, not {layout!r}")
+    t = _tensor(g, x, "to_texture input")
+    if t.storage == "texture3d":
+        if t.layout == layout:
+            return x
+        x = g.texture_to_buffer(x)
+    return g.buffer_to_texture(x, layout)
+
+
+@register
+def to_buffer(g: ComputeGraph, x: ValueRef) -> ValueRef:
+    """``x`` in buffer storage (NCHW)."""
+    return _buffer(g, x, "to_buffer input")[0]
+
+
+@register
 def mean_pool(g: ComputeGraph, x: ValueRef, mask: ValueRef, batch: int) -> ValueRef:
     """Masked mean over tokens: ``x`` ``[batch*T, D]``, ``mask`` ``[batch*T]`` -> ``[batch, D]``."""
-    xt = _tensor(g, x, "mean_pool input")
+    x, xt = _buffer(g, x, "mean_pool input")
     n, d = xt.shape
     if n % batch or tuple(g.values[mask].shape) != (n,):
         raise ValueError(f"mean_pool: x {xt.shape} and mask {g.values[mask].shape} do not fit batch {batch}")
@@ -325,7 +372,7 @@ def mean_pool(g: ComputeGraph, x: ValueRef, mask: ValueRef, batch: int) -> Value
 @register
 def l2_normalize(g: ComputeGraph, x: ValueRef, eps: float = 1e-12) -> ValueRef:
     """Each row divided by its L2 norm (at least ``eps``), as torch.nn.functional.normalize."""
-    xt = _tensor(g, x, "l2_normalize input")
+    x, xt = _buffer(g, x, "l2_normalize input")
     m, d = xt.shape
     out = g.add_tensor((m, d), np.float32)
     g.add_dispatch(DispatchNode("l2_normalize", [out, x], struct.pack("<IIf", m, d, eps), {0: LOCAL_SIZE},
@@ -336,7 +383,7 @@ def l2_normalize(g: ComputeGraph, x: ValueRef, eps: float = 1e-12) -> ValueRef:
 @register
 def rms_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, eps: float = 1e-6) -> ValueRef:
     """RMSNorm over the last dimension of a ``[M, D]`` tensor, scaled by ``weight[D]``."""
-    xt = _tensor(g, x, "rms_norm input")
+    x, xt = _buffer(g, x, "rms_norm input")
     m, d = xt.shape
     if tuple(g.values[weight].shape) != (d,):
         raise ValueError(f"rms_norm: weight {g.values[weight].shape} does not match dimension {d}")
@@ -369,5 +416,5 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
 
 __all__ = [
     "REGISTRY", "add", "conv2d", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear", "matmul", "mean_pool",
-    "mul", "register", "relu", "rms_norm", "rope", "sdpa", "silu", "softmax", "sub",
+    "mul", "register", "relu", "rms_norm", "rope", "sdpa", "silu", "softmax", "sub", "to_buffer", "to_texture",
 ]

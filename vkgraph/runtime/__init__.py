@@ -4,6 +4,7 @@ from .command import Access, CommandBuffer, CommandBufferState, CommandPool, Sta
 from .descriptor import DescriptorPool, DescriptorSet, DescriptorSetLayout, DescriptorType
 from .device import Device, select_physical_device
 from .handle import VkObject, collected_objects, live_objects
+from .image import Image3D, storage_image_supported
 from .instance import DebugMessage, Instance, PhysicalDevice, debug_messages
 from .memory import Buffer, BufferUsage, MemoryKind, select_memory_type
 from .pipeline import ComputePipeline, PipelineCache, PipelineLayout, ShaderModule
@@ -26,6 +27,7 @@ __all__ = [
     "DescriptorType",
     "Device",
     "Fence",
+    "Image3D",
     "Instance",
     "MemoryKind",
     "PhysicalDevice",
@@ -41,4 +43,5 @@ __all__ = [
     "live_objects",
     "select_memory_type",
     "select_physical_device",
+    "storage_image_supported",
 ]

@@ -19,8 +19,11 @@ from .device import Device
 from .handle import VkObject
 from .sync import DEFAULT_TIMEOUT_S, Fence
 
+from .image import LAYOUT_GENERAL
+
 if TYPE_CHECKING:
     from .descriptor import DescriptorSet
+    from .image import Image3D
     from .memory import Buffer
     from .pipeline import ComputePipeline, PipelineLayout
     from .query import TimestampQueryPool
@@ -236,6 +239,45 @@ class CommandBuffer(VkObject):
         self.memory_barrier(
             Stage.COMPUTE | Stage.TRANSFER, Access.SHADER_WRITE | Access.TRANSFER_WRITE, Stage.HOST, Access.HOST_READ
         )
+
+    def _image_barrier(self, image: Image3D, old: int, new: int, src_stage: Stage, src_access: Access,
+                       dst_stage: Stage, dst_access: Access) -> None:
+        barrier = vk.VkImageMemoryBarrier(
+            srcAccessMask=int(src_access), dstAccessMask=int(dst_access), oldLayout=old, newLayout=new,
+            srcQueueFamilyIndex=vk.VK_QUEUE_FAMILY_IGNORED, dstQueueFamilyIndex=vk.VK_QUEUE_FAMILY_IGNORED,
+            image=image.handle,
+            subresourceRange=vk.VkImageSubresourceRange(
+                aspectMask=vk.VK_IMAGE_ASPECT_COLOR_BIT, baseMipLevel=0, levelCount=1, baseArrayLayer=0, layerCount=1),
+        )
+        vk.vkCmdPipelineBarrier(self._recording(), int(src_stage), int(dst_stage), 0, 0, None, 0, None, 1, [barrier])
+
+    def prepare_image(self, image: Image3D) -> None:
+        """Move a new image from UNDEFINED to GENERAL, the layout vkgraph keeps storage images
+        in (no-op for an image already there). Contents of an UNDEFINED image are discarded."""
+        if image.layout == LAYOUT_GENERAL:
+            return
+        self._image_barrier(image, vk.VK_IMAGE_LAYOUT_UNDEFINED, vk.VK_IMAGE_LAYOUT_GENERAL, Stage.TOP_OF_PIPE,
+                            Access.NONE, Stage.COMPUTE | Stage.TRANSFER, Access.SHADER_READ | Access.SHADER_WRITE)
+        image.layout = LAYOUT_GENERAL
+
+    def copy_image_to_buffer(self, image: Image3D, dst: Buffer, dst_offset: int = 0) -> None:
+        """All texels of ``image`` (RGBA32F, x fastest, then y, then z) into ``dst``."""
+        w, h, d = image.extent
+        if dst_offset + w * h * d * 16 > dst.nbytes:
+            raise ValueError(f"{image!r} ({w * h * d * 16} bytes of texels) does not fit {dst!r} at {dst_offset}")
+        region = vk.VkBufferImageCopy(
+            bufferOffset=dst_offset, bufferRowLength=0, bufferImageHeight=0,
+            imageSubresource=vk.VkImageSubresourceLayers(aspectMask=vk.VK_IMAGE_ASPECT_COLOR_BIT, mipLevel=0,
+                                                         baseArrayLayer=0, layerCount=1),
+            imageOffset=vk.VkOffset3D(x=0, y=0, z=0), imageExtent=vk.VkExtent3D(width=w, height=h, depth=d),
+        )
+        # Copies want TRANSFER_SRC_OPTIMAL; go there and back to GENERAL around the copy.
+        src_optimal = vk.VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL
+        self._image_barrier(image, vk.VK_IMAGE_LAYOUT_GENERAL, src_optimal, Stage.COMPUTE | Stage.TRANSFER,
+                            Access.SHADER_WRITE | Access.TRANSFER_WRITE, Stage.TRANSFER, Access.TRANSFER_READ)
+        vk.vkCmdCopyImageToBuffer(self._recording(), image.handle, src_optimal, dst.handle, 1, [region])
+        self._image_barrier(image, src_optimal, vk.VK_IMAGE_LAYOUT_GENERAL, Stage.TRANSFER, Access.TRANSFER_READ,
+                            Stage.COMPUTE | Stage.TRANSFER, Access.SHADER_READ | Access.SHADER_WRITE)
 
     def reset_query_pool(self, pool: TimestampQueryPool, first: int = 0, count: int | None = None) -> None:
         count = pool.count - first if count is None else count

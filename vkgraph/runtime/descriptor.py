@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ._vk import call, vk
 from .device import Device
 from .handle import VkObject
 from .memory import Buffer
+
+if TYPE_CHECKING:
+    from .image import Image3D
 
 
 class DescriptorType(enum.IntEnum):
@@ -80,6 +83,32 @@ class DescriptorSet:
         self.pool = pool
         self.layout = layout
         self.handle = handle
+
+    def bind(self, resources: Mapping[int, Buffer | tuple[Buffer, int, int] | Image3D]) -> None:
+        """Buffers (whole or ``(buffer, offset, nbytes)`` windows) and storage images, by binding."""
+        from .image import Image3D
+
+        images = {b: r for b, r in resources.items() if isinstance(r, Image3D)}
+        buffers = {b: r for b, r in resources.items() if not isinstance(r, Image3D)}
+        if buffers:
+            self.bind_buffers(buffers)
+        if images:
+            self.bind_images(images)
+
+    def bind_images(self, images: Mapping[int, Image3D]) -> None:
+        """Point STORAGE_IMAGE bindings at images (in GENERAL layout)."""
+        infos = []
+        for binding, image in images.items():
+            if binding >= len(self.layout.bindings) or self.layout.bindings[binding] is not DescriptorType.STORAGE_IMAGE:
+                raise ValueError(f"binding {binding} is not a storage image in this layout")
+            infos.append((binding, vk.VkDescriptorImageInfo(imageView=image.view, imageLayout=vk.VK_IMAGE_LAYOUT_GENERAL)))
+        writes = [
+            vk.VkWriteDescriptorSet(dstSet=self.handle, dstBinding=b, descriptorCount=1,
+                                    descriptorType=int(DescriptorType.STORAGE_IMAGE), pImageInfo=[info])
+            for b, info in infos
+        ]
+        if writes:
+            vk.vkUpdateDescriptorSets(self.pool.device.handle, len(writes), writes, 0, None)
 
     def bind_buffers(self, buffers: Mapping[int, Buffer | tuple[Buffer, int, int]]) -> None:
         """Point bindings at buffers: ``{binding: buffer}`` or ``{binding: (buffer, offset, nbytes)}``.
