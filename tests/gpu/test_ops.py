@@ -321,3 +321,21 @@ def test_conv2d(device, compiler, n, cin, h, w, cout, k, stride, padding, dilati
     pair = lambda v: (v, v) if isinstance(v, int) else v  # noqa: E731
     expect = conv2d_reference(x, wt, b, pair(stride), pair(padding), pair(dilation), groups)
     np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op,fn", [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)])
+@pytest.mark.parametrize("sa,sb", [((2, 1, 5), (1, 3, 5)), ((4, 1), (3,)), ((1,), (2, 3, 4, 5)), ((3, 1, 7, 1), (1, 2, 1, 6)),
+                                   ((5, 6), (5, 1)), ((1, 1), (1, 1))])
+def test_binary_numpy_broadcasting(device, compiler, op, fn, sa, sb):
+    rng = rng_for(*sa, *sb, len(op))
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: getattr(ops, op)(g, r["a"], r["b"]), {"a": a, "b": b})
+    np.testing.assert_allclose(out, fn(a, b), rtol=1e-6, atol=1e-6)
+
+
+def test_binary_shapes_that_do_not_broadcast(device, compiler):
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        a, b = g.add_input((2, 3), np.float32, "a"), g.add_input((4,), np.float32, "b")
+        with pytest.raises(ValueError, match=r"add: shapes \(2, 3\) and \(4,\) do not broadcast"):
+            ops.add(g, a, b)

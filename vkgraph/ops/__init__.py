@@ -106,16 +106,33 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     return y
 
 
+def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
+    """Element strides of a C-contiguous ``shape`` per dim of ``out`` (4 dims), 0 where broadcast."""
+    shape = (1,) * (len(out) - len(shape)) + tuple(shape)
+    strides, acc = [], 1
+    for dim in reversed(shape):
+        strides.append(0 if dim == 1 else acc)
+        acc *= dim
+    strides = strides[::-1]
+    return [0] * (4 - len(strides)) + strides
+
+
 def _binary(g: ComputeGraph, a: ValueRef, b: ValueRef, op: int, name: str) -> ValueRef:
+    """Elementwise ``a OP b`` with numpy broadcasting (up to 4 dims)."""
     a, at = _buffer(g, a, f"{name} input a")
     b = _weight(g, b, "identity")
     b, bt = _buffer(g, b, f"{name} input b")
-    na, nb = at.nbytes // 4, bt.nbytes // 4
-    if not (bt.shape == at.shape or (len(bt.shape) == 1 and bt.shape[0] == at.shape[-1])):
-        raise ValueError(f"{name}: b {bt.shape} must match a {at.shape} or its last dimension")
-    out = g.add_tensor(at.shape, np.float32)
-    g.add_dispatch(DispatchNode("binary", [out, a, b], struct.pack("<II", na, nb), {0: LOCAL_SIZE},
-                                _groups(g, na), {"OP": op}))
+    try:
+        shape = tuple(int(d) for d in np.broadcast_shapes(at.shape, bt.shape))
+    except ValueError:
+        raise ValueError(f"{name}: shapes {at.shape} and {bt.shape} do not broadcast") from None
+    if len(shape) > 4:
+        raise ValueError(f"{name}: {len(shape)}-D broadcasting is not supported (at most 4 dims)")
+    dims = [1] * (4 - len(shape)) + list(shape)
+    n = int(np.prod(shape))
+    out = g.add_tensor(shape, np.float32)
+    push = struct.pack("<13I", *dims, *_broadcast_strides(at.shape, shape), *_broadcast_strides(bt.shape, shape), n)
+    g.add_dispatch(DispatchNode("binary", [out, a, b], push, {0: LOCAL_SIZE}, _groups(g, n), {"OP": op}))
     return out
 
 
