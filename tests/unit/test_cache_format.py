@@ -1,0 +1,97 @@
+import struct
+
+import numpy as np
+import pytest
+
+from vkgraph.cache.format import FOOTER, PAGE, PackedWeightFile, write_file
+from vkgraph.errors import CacheFormatError
+
+IDENT = {"device": "test", "driver": "x 1.0"}
+
+
+def make(tmp_path, n=3, seed=0):
+    rng = np.random.default_rng(seed)
+    regions = [(f"layers.{i}.w|linear_4x4", "linear_4x4", rng.integers(0, 255, 1000 + 4097 * i, dtype=np.uint8).tobytes())
+               for i in range(n)]
+    path = tmp_path / "w.vkpw"
+    size = write_file(path, IDENT, regions)
+    return path, regions, size
+
+
+def test_round_trip(tmp_path):
+    path, regions, size = make(tmp_path)
+    assert path.stat().st_size == size
+    f = PackedWeightFile(path)
+    assert f.identity == IDENT and len(f.entries) == 3
+    for key, layout, data in regions:
+        e = f.entries[key]
+        assert e.offset % PAGE == 0 and e.layout == layout and bytes(f.region(e)) == data
+    assert f.verify() == []
+    f.close()
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_empty_file_round_trip(tmp_path):
+    path = tmp_path / "empty.vkpw"
+    write_file(path, IDENT, [])
+    assert PackedWeightFile(path).entries == {}
+
+
+def corrupt(path, offset, data):
+    raw = bytearray(path.read_bytes())
+    raw[offset:offset + len(data)] = data
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("damage,reason", [
+    (lambda p, s: corrupt(p, 0, b"XXXX"), "bad magic"),
+    (lambda p, s: corrupt(p, 4, struct.pack("<I", 99)), "version 99"),
+    (lambda p, s: corrupt(p, 8, struct.pack("<I", 100000)), "does not fit the header"),
+    (lambda p, s: p.write_bytes(p.read_bytes()[: s - 7]), "bad footer"),
+    (lambda p, s: p.write_bytes(p.read_bytes()[:100]), "too short"),
+    (lambda p, s: corrupt(p, s - FOOTER.size, struct.pack("<Q", s * 2)), "index offset"),
+    (lambda p, s: corrupt(p, s - FOOTER.size + 8, struct.pack("<I", 2**31)), "index entries cannot fit"),
+    (lambda p, s: corrupt(p, s - FOOTER.size - 3, b"\xff"), "index checksum mismatch"),
+])
+def test_corruption_is_rejected_with_the_reason(tmp_path, damage, reason):
+    path, _, size = make(tmp_path)
+    damage(path, size)
+    with pytest.raises(CacheFormatError, match=f"{path}: .*{reason}"):
+        PackedWeightFile(path)
+
+
+def test_region_checksum_mismatch_found_by_verify(tmp_path):
+    path, regions, _ = make(tmp_path)
+    f = PackedWeightFile(path)
+    off = f.entries[regions[1][0]].offset
+    f.close()
+    corrupt(path, off + 10, b"\x00\x01\x02")
+    assert PackedWeightFile(path).verify() == [regions[1][0]]
+
+
+def test_entries_out_of_range_or_overlapping_are_rejected(tmp_path):
+    from vkgraph.cache import format as fmt
+
+    def build(entries):
+        # hand-made index over a 3-page data area
+        index = bytearray()
+        for key, off, n in entries:
+            k = key.encode()
+            index += struct.pack("<I", len(k)) + k + fmt.ENTRY_FIXED.pack(off, n) + struct.pack("<I", 1) + b"L" + struct.pack("<Q", 0)
+        ident = b"{}"
+        raw = bytearray(fmt.HEADER.pack(fmt.MAGIC, fmt.VERSION, len(ident)) + ident)
+        raw += bytes(4 * PAGE - len(raw))
+        start = len(raw)
+        raw += index + fmt.FOOTER.pack(start, len(entries), fmt.checksum(bytes(index)), fmt.MAGIC, fmt.VERSION, 0)
+        p = tmp_path / "hand.vkpw"
+        p.write_bytes(bytes(raw))
+        return p
+
+    with pytest.raises(CacheFormatError, match="overlap"):
+        PackedWeightFile(build([("a", PAGE, 2 * PAGE), ("b", 2 * PAGE, 10)]))
+    with pytest.raises(CacheFormatError, match="out of range"):
+        PackedWeightFile(build([("a", PAGE, 10 * PAGE)]))
+    with pytest.raises(CacheFormatError, match="out of range"):
+        PackedWeightFile(build([("a", PAGE + 1, 10)]))
+    with pytest.raises(CacheFormatError, match="appears twice"):
+        PackedWeightFile(build([("a", PAGE, 10), ("a", 2 * PAGE, 10)]))
