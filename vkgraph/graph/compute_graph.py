@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -13,6 +14,7 @@ from ..config import GraphConfig, load_config
 from ..errors import UnsupportedFeatureError, VkGraphError
 from ..runtime import (
     Buffer,
+    ImportedBuffer,
     CommandBuffer,
     CommandPool,
     ComputePipeline,
@@ -88,6 +90,8 @@ class ComputeGraph:
         self.failed: str | None = None  # why an earlier prepack failed; the graph is unusable
         self.load_report: LoadReport | None = None
         self._legacy_run: _PrepackRun | None = None
+        self._cache_file = None  # the open packed-weight cache (its pages may back device memory)
+        self._cache_keys: dict[int, str] = {}
         limits = self.device.limits
         self.staging_alignment = max(16, limits["minStorageBufferOffsetAlignment"])
         #: The most bytes one storage-buffer binding may span; bigger weights are packed and read
@@ -287,8 +291,11 @@ class ComputeGraph:
         self.prepare()
         run = None
         try:
-            run = _PrepackRun(self, "legacy", [range(len(self.prepack_nodes))])
-            run.encode(0)
+            hits = self._cache_lookup()
+            nodes = [n for i, n in enumerate(self.prepack_nodes) if i not in hits]
+            run = _PrepackRun(self, "legacy", nodes, [range(len(nodes))] if nodes else [], hits=hits)
+            if nodes:
+                run.encode(0)
         except BaseException as exc:
             self._abandon(run, exc)
             raise
@@ -300,7 +307,8 @@ class ComputeGraph:
             self.encode_prepack()
         run, self._legacy_run = self._legacy_run, None
         try:
-            run.submit(0)
+            if run.plan:
+                run.submit(0)
             return self._finish(run)
         except BaseException as exc:
             self._abandon(run, exc)
@@ -311,12 +319,14 @@ class ComputeGraph:
         waiting while the CPU stages the next batch; reduce-peak mode waits at every cut."""
         self._check_not_prepacked()
         self.prepare()
-        sizes = [n.staging_nbytes(self) for n in self.prepack_nodes]
-        cuts = prepack_cut_points(sizes, PrepackThresholds.from_config(self.config))
         mode = "reduce-peak" if reduce_peak_memory(self.config, self.total_constant_nbytes) else "staged"
         run = None
         try:
-            run = _PrepackRun(self, mode, batches(len(sizes), cuts), progress)
+            hits = self._cache_lookup()
+            nodes = [n for i, n in enumerate(self.prepack_nodes) if i not in hits]
+            sizes = [n.staging_nbytes(self) for n in nodes]
+            cuts = prepack_cut_points(sizes, PrepackThresholds.from_config(self.config))
+            run = _PrepackRun(self, mode, nodes, batches(len(sizes), cuts), progress, hits=hits)
             for b in range(len(run.plan)):
                 run.encode(b)
                 run.submit(b)
@@ -331,7 +341,87 @@ class ComputeGraph:
         report = run.finish()
         self.prepacked = True
         self.load_report = report
+        self._cache_save(run)
         return report
+
+    # --- packed-weight cache --------------------------------------------------------------------
+
+    def _cache_lookup(self) -> dict[int, Any]:
+        """{prepack node index: cache entry} for the nodes the cache file already holds."""
+        path = self.config.cache.packed_weights_path
+        self._cache_keys: dict[int, str] = {}
+        if not path:
+            return {}
+        from ..cache import packed_cache
+
+        self._cache_identity = packed_cache.device_identity(self)
+        self._cache_file = packed_cache.open_cache(Path(path), self._cache_identity)
+        hits = {}
+        for i, node in enumerate(self.prepack_nodes):
+            if self.values[node.dst].storage != "buffer":
+                continue  # textures are not cached
+            key = self._cache_keys[i] = packed_cache.node_key(self, node)
+            entry = self._cache_file.entries.get(key) if self._cache_file else None
+            if entry is not None and entry.nbytes == self.values[node.dst].nbytes:
+                hits[i] = entry
+        return hits
+
+    def _load_cached(self, node: PrepackNode, entry: Any) -> str:
+        """Give a cache hit's tensor its memory; returns the path taken: "zero-copy" (the file's
+        pages imported as device memory) or "copy"."""
+        from ..cache.format import PAGE
+
+        dst: Tensor = self.values[node.dst]
+        f = self._cache_file
+        padded = memoryview(f.mapping)[entry.offset:entry.offset + (entry.nbytes + PAGE - 1) // PAGE * PAGE]
+        align = self.device.physical.min_imported_host_pointer_alignment
+        if self.device.has_external_memory_host and align and PAGE % align == 0:
+            dst.buffer = ImportedBuffer(self.device, padded, dst.nbytes, name=dst.name)
+            path = "zero-copy"
+        else:
+            dst.buffer = self._upload(np.frombuffer(f.region(entry), np.uint8), dst.nbytes, dst.name)
+            path = "copy"
+        self._resources.append(dst.buffer)
+        src = self.values[node.src]
+        src.readers -= 1
+        if src.readers == 0:
+            src.source.release()
+        return path
+
+    def _upload(self, data: np.ndarray, nbytes: int, name: str) -> Buffer:
+        buf = Buffer(self.device, nbytes, MemoryKind.DEVICE, name=name)
+        if buf.host_visible:
+            buf.write(data)
+            return buf
+        with Buffer(self.device, nbytes, MemoryKind.UPLOAD) as up, CommandPool(self.device) as pool, \
+                Fence(self.device) as fence:
+            up.write(data)
+            (cmd,) = pool.allocate()
+            cmd.begin(one_time=True)
+            cmd.copy_buffer(up, buf, nbytes)
+            cmd.compute_barrier()
+            cmd.end()
+            self.device.submit([cmd], fence)
+            fence.wait()
+        return buf
+
+    def _cache_save(self, run: _PrepackRun) -> None:
+        """After a load: write what was packed (misses) to the cache file, once; nothing when
+        everything came from the cache."""
+        path = self.config.cache.packed_weights_path
+        if not path:
+            return
+        from ..cache import packed_cache
+
+        t0 = time.perf_counter()
+        new = {}
+        for i, node in enumerate(self.prepack_nodes):
+            key = self._cache_keys.get(i)
+            if key is not None and i not in run.hits:
+                new[key] = (self.values[node.dst].layout, self.read_tensor(node.dst))
+        if new or (self._cache_file is None and Path(path).exists()):
+            packed_cache.save(Path(path), self._cache_identity, new)
+        run.report.cache_save_s = time.perf_counter() - t0
 
     def clock_offset_ns(self) -> float:
         """host perf_counter_ns - device timestamp ns, measured once (error < half a round trip)."""
@@ -480,6 +570,9 @@ class ComputeGraph:
             for obj in (k.pipeline, k.module, k.layout, k.set_layout):
                 obj.destroy()
         self._kernels.clear()
+        if self._cache_file is not None:  # after the imported buffers that use its pages
+            self._cache_file.close()
+            self._cache_file = None
         if self._owns_device:
             self.device.destroy()
 
@@ -493,13 +586,15 @@ class ComputeGraph:
 class _PrepackRun:
     """The state of one prepack: plan, staging, command buffers, fences, timings."""
 
-    def __init__(self, graph: ComputeGraph, mode: str, plan: list[range], progress: ProgressFn | None = None):
+    def __init__(self, graph: ComputeGraph, mode: str, nodes: list[PrepackNode], plan: list[range],
+                 progress: ProgressFn | None = None, *, hits: dict[int, Any] | None = None):
         self.graph = graph
         self.mode = mode
+        self.nodes = nodes  # the nodes to pack (cache hits are not among them)
         self.plan = plan
         self.progress = progress
+        self.hits = hits or {}
         dev = graph.device
-        nodes = graph.prepack_nodes
         align = graph.staging_alignment
         self.batch_nbytes = [sum(align_up(nodes[i].staging_nbytes(graph), align) for i in b) for b in plan]
         total = sum(self.batch_nbytes)
@@ -512,7 +607,7 @@ class _PrepackRun:
         self.t0 = time.perf_counter()
         self.device_base = dev.allocated_nbytes
         dev.peak_allocated_nbytes = dev.allocated_nbytes
-        self.report = LoadReport(mode, len(nodes), graph.total_constant_nbytes,
+        self.report = LoadReport(mode, len(graph.prepack_nodes), graph.total_constant_nbytes,
                                  sum(n.staging_nbytes(graph) for n in nodes))
         self.cmds: list[CommandBuffer | None] = [None] * len(plan)
         self.fences: list[Fence | None] = [None] * len(plan)
@@ -529,6 +624,20 @@ class _PrepackRun:
         except BaseException:
             self.close()
             raise
+        self._load_hits()
+
+    def _load_hits(self) -> None:
+        r = self.report
+        r.cache_hits = len(self.hits)
+        r.cache_misses = len(self.graph._cache_keys) - len(self.hits)
+        for i, entry in self.hits.items():
+            node = self.graph.prepack_nodes[i]
+            path = self.graph._load_cached(node, entry)
+            r.tensor_paths[self.graph.values[node.src].name] = path
+            r.zero_copy_tensors += path == "zero-copy"
+            self.done += 1
+            if self.progress:
+                self.progress(self.done, len(self.graph.prepack_nodes))
 
     def encode(self, b: int) -> None:
         g = self.graph
@@ -541,8 +650,10 @@ class _PrepackRun:
             cmd.write_timestamp(self.queries, 2 * b, Stage.TOP_OF_PIPE)
         dispatches = 0
         for i in self.plan[b]:
-            node = g.prepack_nodes[i]
+            node = self.nodes[i]
             dispatches += node.encode(g, cmd, region, self.dpool)
+            if g._cache_keys:
+                self.report.tensor_paths[g.values[node.src].name] = "packed"
             self.report.direct_writes += node.direct
             self.done += 1
             if self.progress:
@@ -554,7 +665,7 @@ class _PrepackRun:
         self.cmds[b], self.regions[b] = cmd, region
         self.report.packing_dispatches += dispatches
         self.report.spans.append(CommandBufferSpan(
-            b, len(self.plan[b]), sum(g.prepack_nodes[i].staging_nbytes(g) for i in self.plan[b]),
+            b, len(self.plan[b]), sum(self.nodes[i].staging_nbytes(g) for i in self.plan[b]),
             dispatches, cpu0 - self.t0, 0.0))
 
     def submit(self, b: int) -> None:

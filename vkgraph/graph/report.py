@@ -45,6 +45,11 @@ class LoadReport:
     peak_device_nbytes: int = 0
     packing_dispatches: int = 0
     direct_writes: int = 0  # identity weights written straight into host-visible device memory
+    cache_hits: int = 0  # packed tensors taken from the packed-weight cache (no staging, no dispatch)
+    cache_misses: int = 0
+    zero_copy_tensors: int = 0  # cache hits whose device memory is the cache file's pages
+    cache_save_s: float = 0.0  # writing the cache after the load (not part of load_s)
+    tensor_paths: dict[str, str] = field(default_factory=dict)  # with a cache: packed | copy | zero-copy
     spans: list[CommandBufferSpan] = field(default_factory=list)
     waits: list[tuple[float, float]] = field(default_factory=list)  # CPU blocked on fences
 
@@ -76,7 +81,7 @@ class LoadReport:
         return min(1.0, both / gpu)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k not in ("spans", "waits")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("spans", "waits", "tensor_paths")}
         d.update(
             submits=self.submits,
             gpu_s=self.gpu_s,
@@ -104,6 +109,7 @@ class LoadReport:
             ("peak device memory", mib(self.peak_device_nbytes)),
             ("packing dispatches", str(self.packing_dispatches)),
             ("direct writes", str(self.direct_writes)),
+            ("cache hits / misses", f"{self.cache_hits} / {self.cache_misses} ({self.zero_copy_tensors} zero-copy)"),
             ("CPU/GPU overlap", f"{self.overlap:.0%}"),
         ]
         width = max(len(k) for k, _ in rows)

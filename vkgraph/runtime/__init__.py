@@ -6,7 +6,7 @@ from .device import Device, select_physical_device
 from .handle import VkObject, collected_objects, live_objects
 from .image import Image3D, storage_image_supported
 from .instance import DebugMessage, Instance, PhysicalDevice, debug_messages
-from .memory import Buffer, BufferUsage, MemoryKind, select_memory_type
+from .memory import Buffer, BufferUsage, ImportedBuffer, MemoryKind, select_memory_type
 from .pipeline import ComputePipeline, PipelineCache, PipelineLayout, ShaderModule
 from .query import TimestampQueryPool
 from .sync import DEFAULT_TIMEOUT_S, Fence, Semaphore
@@ -28,6 +28,7 @@ __all__ = [
     "Device",
     "Fence",
     "Image3D",
+    "ImportedBuffer",
     "Instance",
     "MemoryKind",
     "PhysicalDevice",

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OutOfDeviceMemoryError
+from ..errors import OutOfDeviceMemoryError, UnsupportedFeatureError
 from ._vk import call, vk
 from .device import Device
 from .handle import VkObject
@@ -187,3 +187,63 @@ class Buffer(VkObject):
     def __repr__(self) -> str:
         label = f" {self.name!r}" if self.name else ""
         return f"<Buffer{label} {self.nbytes} B {self.kind.value}{'' if self.alive else ' destroyed'}>"
+
+
+HOST_ALLOCATION = 0x80  # VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
+
+
+class ImportedBuffer(Buffer):
+    """A buffer whose memory *is* existing host memory (VK_EXT_external_memory_host): e.g. a
+    read-only file mapping, so the device reads the file's pages and nothing is copied.
+
+    ``host`` must stay alive (and mapped) until the buffer is destroyed; ``offset`` and the
+    imported size are multiples of minImportedHostPointerAlignment. ``view()``/``read()`` see the
+    same pages (read-only)."""
+
+    def __init__(self, device: Device, host: memoryview, nbytes: int, *, name: str = ""):
+        from ._vk import ffi
+
+        what = f"imported buffer {name!r}" if name else "imported buffer"
+        align = device.physical.min_imported_host_pointer_alignment
+        if not device.has_external_memory_host or not align:
+            raise UnsupportedFeatureError("vkAllocateMemory", "VK_ERROR_EXTENSION_NOT_PRESENT",
+                                          f"{device.name} cannot import host memory (VK_EXT_external_memory_host)")
+        keep = ffi.from_buffer(host)  # pins the mapping while the device uses its pages
+        pointer = ffi.cast("char *", keep)
+        if int(ffi.cast("uintptr_t", pointer)) % align or len(host) % align or not 0 < nbytes <= len(host):
+            raise ValueError(f"{what}: host range of {len(host)} bytes is not aligned to {align} or smaller than {nbytes}")
+        self.device, self.nbytes, self.kind, self.name = device, int(nbytes), MemoryKind.DEVICE, name
+        dev = device.handle
+        external = vk.VkExternalMemoryBufferCreateInfo(handleTypes=HOST_ALLOCATION)
+        info = vk.VkBufferCreateInfo(pNext=external, size=self.nbytes, usage=int(DEFAULT_USAGE),
+                                     sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
+        handle = call(vk.vkCreateBuffer, dev, info, None, detail=what)
+        try:
+            props = ffi.new("VkMemoryHostPointerPropertiesEXT*")
+            # The binding leaves this output struct's sType unset; the validation layer checks it.
+            props.sType = vk.VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT
+            call(device.extension_function("vkGetMemoryHostPointerPropertiesEXT"), dev, HOST_ALLOCATION, pointer, props)
+            req = call(vk.vkGetBufferMemoryRequirements, dev, handle)
+            mtype = select_memory_type(device.physical, req.memoryTypeBits & props.memoryTypeBits, MemoryKind.DEVICE)
+            import_info = vk.VkImportMemoryHostPointerInfoEXT(handleType=HOST_ALLOCATION, pHostPointer=pointer)
+            alloc = vk.VkMemoryAllocateInfo(pNext=import_info, allocationSize=len(host), memoryTypeIndex=mtype.index)
+            memory = call(vk.vkAllocateMemory, dev, alloc, None, detail=what)
+        except BaseException:
+            vk.vkDestroyBuffer(dev, handle, None)
+            raise
+        try:
+            call(vk.vkBindBufferMemory, dev, handle, memory, 0)
+        except BaseException:
+            vk.vkDestroyBuffer(dev, handle, None)
+            vk.vkFreeMemory(dev, memory, None)
+            raise
+        self.handle, self.memory, self.memory_type, self.alloc_nbytes = handle, memory, mtype, len(host)
+        self.host_visible = True
+        self._mapping = host
+
+        def release(dev=dev, handle=handle, memory=memory, keep=keep) -> None:
+            vk.vkDestroyBuffer(dev, handle, None)
+            vk.vkFreeMemory(dev, memory, None)
+            del keep  # the host pages may be unmapped once the device memory is gone
+
+        self._own(device, release)

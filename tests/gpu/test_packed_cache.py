@@ -1,0 +1,124 @@
+"""The packed-weight cache: cold loads write it, warm loads skip staging and packing (zero-copy
+where the device imports host memory), and a bad or foreign file is rebuilt with a warning."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from vkgraph import ops
+from vkgraph.config import GraphConfig
+from vkgraph.graph import ComputeGraph
+
+PACKERS = ["linear_4x4", "identity", "transposed", "q8_0"]
+
+
+def weights(seed, count=8):
+    import gguf
+    from gguf.quants import quantize
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        w = rng.standard_normal((int(rng.integers(4, 40)), 32 * int(rng.integers(1, 4)))).astype(np.float32)
+        packer = PACKERS[i % len(PACKERS)]
+        if packer == "q8_0":
+            w = quantize(w, gguf.GGMLQuantizationType.Q8_0)
+        out.append((f"layer.{i}", w, packer))
+    return out
+
+
+def load(device, compiler, path, model, legacy=False, **cfg):
+    g = ComputeGraph(GraphConfig().replace(cache__packed_weights_path=str(path), **cfg), device=device, compiler=compiler)
+    refs = []
+    for name, w, packer in model:
+        ref = g.add_tensorref(w, name, quant="q8_0" if packer == "q8_0" else "")
+        refs.append(g.prepack_tensor(ref, packer))
+    x = g.add_input((2, 32), np.float32, "x")
+    w0 = [r for r, (_, w, p) in zip(refs, model) if p == "linear_4x4" and w.shape[1] == 32]
+    if w0:
+        g.set_output(ops.linear(g, x, w0[0]), "y")
+    report = g.prepack() if legacy else g.run_prepack()
+    return g, refs, report
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_cold_then_warm(device, compiler, tmp_path, legacy):
+    path = tmp_path / "w.vkpw"
+    model = weights(1)
+    g, refs, cold = load(device, compiler, path, model, legacy)
+    with g:
+        packed = [bytes(g.read_tensor(r)) for r in refs]
+    assert cold.cache_hits == 0 and cold.cache_misses == len(model) and cold.packing_dispatches > 0
+    size, mtime = path.stat().st_size, path.stat().st_mtime_ns
+    g, refs, warm = load(device, compiler, path, model, legacy)
+    with g:
+        assert [bytes(g.read_tensor(r)) for r in refs] == packed  # byte-identical to the cold load
+        assert warm.cache_hits == len(model) and warm.cache_misses == 0
+        assert warm.packing_dispatches == 0 and warm.submits == 0
+        if device.has_external_memory_host:
+            assert warm.zero_copy_tensors == len(model)
+            assert set(warm.tensor_paths.values()) == {"zero-copy"}
+        if "y" in g.outputs:
+            x = np.random.default_rng(0).standard_normal((2, 32)).astype(np.float32)
+            w = next(w for _, w, p in model if p == "linear_4x4" and w.shape[1] == 32)
+            np.testing.assert_allclose(g.execute({"x": x})["y"], x @ w.T, rtol=1e-5, atol=1e-5)
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (size, mtime)  # nothing new: nothing written
+
+
+def test_file_size_stable_over_cycles(device, compiler, tmp_path):
+    path = tmp_path / "w.vkpw"
+    model = weights(2, count=4)
+    sizes = set()
+    for _ in range(20):
+        g, _, report = load(device, compiler, path, model)
+        g.destroy()
+        sizes.add(path.stat().st_size)
+    assert len(sizes) == 1 and report.cache_hits == 4
+
+
+def test_two_models_share_one_file(device, compiler, tmp_path):
+    path = tmp_path / "shared.vkpw"
+    a, b = weights(3, count=3), [(f"other.{n}", w, p) for n, w, p in weights(4, count=3)]
+    for model in (a, b):
+        g, _, r = load(device, compiler, path, model)
+        g.destroy()
+        assert r.cache_misses == 3
+    for model in (a, b):
+        g, _, r = load(device, compiler, path, model)
+        g.destroy()
+        assert r.cache_hits == 3 and r.cache_misses == 0
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "flip-index", "foreign"])
+def test_bad_file_is_rebuilt_with_a_warning(device, compiler, tmp_path, damage):
+    import json
+
+    path = tmp_path / "w.vkpw"
+    model = weights(5, count=4)
+    g, refs, _ = load(device, compiler, path, model)
+    with g:
+        packed = [bytes(g.read_tensor(r)) for r in refs]
+    raw = bytearray(path.read_bytes())
+    if damage == "truncate":
+        raw = raw[: len(raw) // 2]
+    elif damage == "garbage":
+        raw[:64] = b"\x13" * 64
+    elif damage == "flip-index":
+        raw[-40] ^= 0xFF
+    else:
+        ident = json.dumps({"driver": "someone else's GPU", "device_id": 7}).encode()
+        raw[8:12] = len(ident).to_bytes(4, "little")
+        raw[12:12 + 200] = (ident + b" " * 200)[:200]
+        raw[12 + len(ident):4096] = bytes(4096 - 12 - len(ident))
+    path.write_bytes(bytes(raw))
+    with pytest.warns(UserWarning, match="packed-weight cache rejected, it will be rebuilt"):
+        g, refs, report = load(device, compiler, path, model)
+    with g:
+        assert report.cache_hits == 0 and report.cache_misses == 4
+        assert [bytes(g.read_tensor(r)) for r in refs] == packed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the rebuilt file is good again
+        g, _, report = load(device, compiler, path, model)
+        g.destroy()
+    assert report.cache_hits == 4
