@@ -16,7 +16,7 @@ from .models import outputs_match, synthetic
 from .models.safetensors import SafetensorsFile
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-MODES = ("legacy", "staged", "reduce-peak")
+MODES = ("legacy", "staged", "reduce-peak", "cold-cache", "warm-cache")
 
 
 def _status_kib(field: str) -> int:
@@ -28,9 +28,11 @@ def _status_kib(field: str) -> int:
 
 class PeakRss:
     """Peak resident memory over a span minus resident memory at its start (Linux: VmHWM,
-    reset through /proc/self/clear_refs)."""
+    reset through /proc/self/clear_refs), and the growth of anonymous resident memory (RssAnon:
+    not file-backed pages)."""
 
     def __enter__(self) -> PeakRss:
+        self.anon_before = _status_kib("RssAnon")
         self.before = _status_kib("VmRSS")
         try:
             Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to now
@@ -41,6 +43,7 @@ class PeakRss:
 
     def __exit__(self, *exc) -> None:
         self.delta = _status_kib("VmHWM") - self.before
+        self.anon_delta = _status_kib("RssAnon") - self.anon_before
 
 
 def terminal_progress(label: str) -> Callable[[int, int], None] | None:
@@ -59,11 +62,29 @@ def terminal_progress(label: str) -> Callable[[int, int], None] | None:
     return show
 
 
-def config_for(mode: str, path: str | None) -> GraphConfig:
+def cache_file_for(model: str) -> Path:
+    """Where `bench load --mode cold-cache|warm-cache` keeps the packed-weight cache of ``model``."""
+    from ._files import user_cache_dir
+
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(model).name)
+    return user_cache_dir() / "packed" / f"{safe}.vkpw"
+
+
+def config_for(mode: str, path: str | None, model: str = "") -> GraphConfig:
+    """The config for a benchmark mode: cold-cache and warm-cache are staged loads with the
+    packed-weight cache (cold-cache starts by deleting it, warm-cache needs it to exist)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     cfg = load_config(path or CONFIG_DIR / "default.toml")
-    return cfg.replace(prepack__reduce_peak_memory=(mode == "reduce-peak"))
+    cfg = cfg.replace(prepack__reduce_peak_memory=(mode == "reduce-peak"))
+    if mode in ("cold-cache", "warm-cache"):
+        cache = Path(cfg.cache.packed_weights_path) if cfg.cache.packed_weights_path else cache_file_for(model)
+        if mode == "cold-cache":
+            cache.unlink(missing_ok=True)
+        elif not cache.exists():
+            raise ValueError(f"{cache}: no packed-weight cache yet; run --mode cold-cache first")
+        cfg = cfg.replace(cache__packed_weights_path=str(cache))
+    return cfg
 
 
 @dataclass
@@ -71,6 +92,7 @@ class LoadResult:
     model: str
     report: LoadReport
     peak_rss_delta_nbytes: int
+    rss_anon_delta_nbytes: int
     output_ok: bool
     max_abs_error: float
 
@@ -85,7 +107,7 @@ def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Callable[[Com
         g.prepare()
         show = terminal_progress("prepack") if progress else None
         with PeakRss() as rss:
-            if mode == "legacy":
+            if report_mode(mode) == "legacy":
                 g.encode_prepack()
                 report = g.prepack()
             else:
@@ -93,7 +115,12 @@ def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Callable[[Com
         if trace:
             report.write_trace(trace)
         got, expect = check(g)
-    return LoadResult(model, report, rss.delta, outputs_match(got, expect), float(np.max(np.abs(got - expect))))
+    return LoadResult(model, report, rss.delta, rss.anon_delta, outputs_match(got, expect),
+                      float(np.max(np.abs(got - expect))))
+
+
+def report_mode(mode: str) -> str:
+    return "legacy" if mode == "legacy" else "staged"
 
 
 KNOWN_MODELS = "synthetic:<MB>, minilm, smollm2, a BERT checkpoint directory or a llama .gguf file"
@@ -114,7 +141,7 @@ def load_model(model: str, mode: str, config_path: str | None = None, *, trace: 
                progress: bool = False) -> LoadResult:
     """One measured load of ``synthetic:<MB>``, ``minilm`` or a BERT checkpoint directory."""
     kind = model_kind(model)
-    cfg = config_for(mode, config_path)
+    cfg = config_for(mode, config_path, model)
     if kind == "synthetic":
         spec = synthetic.SyntheticSpec.for_size(synthetic.parse_model_name(model))
         path = synthetic.weights_path(spec)  # generated before anything is measured
@@ -162,12 +189,14 @@ SAMPLE_PROMPT = "The capital of France is"
 SAMPLE_TEXTS = ("A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.")
 
 
-def bench_json(r: LoadResult) -> dict[str, Any]:
+def bench_json(r: LoadResult, mode: str = "") -> dict[str, Any]:
     rep = r.report
     return {
-        "model": r.model, "mode": rep.mode, "total_constant_nbytes": rep.total_constant_nbytes,
+        "model": r.model, "mode": mode or rep.mode, "total_constant_nbytes": rep.total_constant_nbytes,
         "load_s": rep.load_s, "cpu_encode_s": rep.cpu_encode_s, "fence_wait_s": rep.fence_wait_s,
         "gpu_s": rep.gpu_s, "submits": rep.submits, "peak_staging_nbytes": rep.peak_staging_nbytes,
         "peak_rss_delta_nbytes": r.peak_rss_delta_nbytes, "packing_dispatches": rep.packing_dispatches,
-        "overlap": rep.overlap, "output_ok": r.output_ok,
+        "overlap": rep.overlap, "output_ok": r.output_ok, "rss_anon_delta_nbytes": r.rss_anon_delta_nbytes,
+        "cache_hits": rep.cache_hits, "cache_misses": rep.cache_misses, "zero_copy_tensors": rep.zero_copy_tensors,
+        "cache_save_s": rep.cache_save_s,
     }

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
@@ -157,7 +158,7 @@ def cmd_bench_load(args: argparse.Namespace) -> int:
     from .bench import bench_json, load_model
 
     r = load_model(args.model, args.mode, args.config, trace=args.trace)
-    out = bench_json(r)
+    out = bench_json(r, args.mode)
     if args.json:
         print(json.dumps(out))
     else:
@@ -165,6 +166,35 @@ def cmd_bench_load(args: argparse.Namespace) -> int:
         for k, v in out.items():
             print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
     return 0 if r.output_ok else 1
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .cache.format import PackedWeightFile
+
+    path = Path(args.path)
+    if args.action == "clear":
+        removed = [p for p in (path, path.with_name(path.name + ".lock")) if p.exists()]
+        for p in removed:
+            p.unlink()
+        print(f"removed {', '.join(map(str, removed))}" if removed else f"{path}: nothing to remove")
+        return 0
+    f = PackedWeightFile(path)
+    try:
+        if args.action == "verify":
+            bad = f.verify()
+            print(f"{path}: {len(f.entries)} entries, {len(bad)} with a checksum mismatch")
+            for key in bad:
+                print(f"  bad: {key}")
+            return 1 if bad else 0
+        total = sum(e.nbytes for e in f.entries.values())
+        ident = f.identity
+        print(f"{path}: {len(f.entries)} entries, {total / 2**20:.1f} MiB packed, file {f.size / 2**20:.1f} MiB")
+        print(f"built for: {ident.get('driver')} (vendor {ident.get('vendor_id')}, device {ident.get('device_id')})")
+        for e in sorted(f.entries.values(), key=lambda e: e.offset):
+            print(f"  {e.nbytes:>12}  {e.layout:<28} {e.key.split('|', 1)[0]}")
+        return 0
+    finally:
+        f.close()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,11 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
     bl = bench_sub.add_parser("load", help="one model load in this process")
     bl.add_argument("--model", default="synthetic:256",
                     help="synthetic:<MB>, minilm, smollm2, a BERT checkpoint directory or a llama .gguf file")
-    bl.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], default="staged")
+    bl.add_argument("--mode", choices=["legacy", "staged", "reduce-peak", "cold-cache", "warm-cache"], default="staged",
+                    help="cold-cache: staged load that writes a fresh packed-weight cache; warm-cache: load from it")
     bl.add_argument("--config", help="TOML config (default configs/default.toml)")
     bl.add_argument("--trace", help="write a Chrome trace of the load to this file")
     bl.add_argument("--json", action="store_true")
     bl.set_defaults(fn=cmd_bench_load)
+
+    cache = sub.add_parser("cache", help="inspect, verify or clear a packed-weight cache file")
+    cache.add_argument("action", choices=["info", "verify", "clear"])
+    cache.add_argument("path")
+    cache.set_defaults(fn=cmd_cache)
     return p
 
 

@@ -18,7 +18,8 @@ def test_bench_load_json(device, cache_dir, capsys, mode):
                      "--config", str(CONFIG_DIR / "low-memory.toml")]) == 0
     out = json.loads(capsys.readouterr().out)
     keys = ["model", "mode", "total_constant_nbytes", "load_s", "cpu_encode_s", "fence_wait_s", "gpu_s", "submits",
-            "peak_staging_nbytes", "peak_rss_delta_nbytes", "packing_dispatches", "overlap", "output_ok"]
+            "peak_staging_nbytes", "peak_rss_delta_nbytes", "packing_dispatches", "overlap", "output_ok",
+            "rss_anon_delta_nbytes", "cache_hits", "cache_misses", "zero_copy_tensors", "cache_save_s"]
     assert list(out) == keys
     assert out["mode"] == mode and out["output_ok"] is True and out["model"] == "synthetic:4"
     assert out["submits"] == 1 if mode == "legacy" else out["submits"] > 1
@@ -40,3 +41,29 @@ def test_unknown_model_and_bad_config_are_clear(device, cache_dir, capsys, tmp_p
     bad.write_text("[prepack]\nthreshold_nbytes = -4\n")
     assert cli.main(["bench", "load", "--model", "synthetic:4", "--config", str(bad)]) == 1
     assert f"{bad}: prepack.threshold_nbytes: must be >= 0, got -4" in capsys.readouterr().err
+
+
+def test_bench_cache_modes_and_cache_commands(device, cache_dir, capsys):
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", "warm-cache", "--json"]) == 1
+    assert "run --mode cold-cache first" in capsys.readouterr().err
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", "cold-cache", "--json"]) == 0
+    cold = json.loads(capsys.readouterr().out)
+    assert cold["cache_misses"] > 0 and cold["cache_hits"] == 0 and cold["packing_dispatches"] > 0
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", "warm-cache", "--json"]) == 0
+    warm = json.loads(capsys.readouterr().out)
+    assert warm["mode"] == "warm-cache" and warm["output_ok"] is True
+    assert warm["cache_hits"] == cold["cache_misses"] and warm["packing_dispatches"] == 0
+    if device.has_external_memory_host:
+        assert warm["zero_copy_tensors"] == warm["cache_hits"]
+    path = cache_dir / "packed" / "synthetic_4.vkpw"
+    assert cli.main(["cache", "info", str(path)]) == 0
+    assert f"{warm['cache_hits']} entries" in capsys.readouterr().out
+    assert cli.main(["cache", "verify", str(path)]) == 0
+    raw = bytearray(path.read_bytes())
+    raw[4096 + 100] ^= 0xFF  # inside the first region
+    path.write_bytes(bytes(raw))
+    assert cli.main(["cache", "verify", str(path)]) == 1
+    assert "1 with a checksum mismatch" in capsys.readouterr().out
+    assert cli.main(["cache", "clear", str(path)]) == 0 and not path.exists()
+    assert cli.main(["cache", "info", str(path)]) == 1
+    assert "cannot open" in capsys.readouterr().err
