@@ -95,3 +95,43 @@ def test_entries_out_of_range_or_overlapping_are_rejected(tmp_path):
         PackedWeightFile(build([("a", PAGE + 1, 10)]))
     with pytest.raises(CacheFormatError, match="appears twice"):
         PackedWeightFile(build([("a", PAGE, 10), ("a", 2 * PAGE, 10)]))
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def valid_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fuzz")
+    path, regions, _ = make(d, n=3, seed=7)
+    return path.read_bytes()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_mutated_files_only_raise_cache_format_error(tmp_path, valid_file, data):
+    """Byte flips, truncations and splices of a valid file: either a consistent file or a
+    CacheFormatError; never another exception, never a region outside the file."""
+    raw = bytearray(valid_file)
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["flip", "truncate", "junk", "footer"]))
+        if kind == "flip" and raw:
+            i = data.draw(st.integers(0, len(raw) - 1))
+            raw[i] ^= data.draw(st.integers(1, 255))
+        elif kind == "truncate":
+            raw = raw[: data.draw(st.integers(0, len(raw)))]
+        elif kind == "junk":
+            i = data.draw(st.integers(0, len(raw)))
+            raw[i:i] = data.draw(st.binary(max_size=64))
+        elif len(raw) >= 32:
+            raw[-32:] = data.draw(st.binary(min_size=32, max_size=32))
+    path = tmp_path / "fuzz.vkpw"
+    path.write_bytes(bytes(raw))
+    try:
+        f = PackedWeightFile(path)
+    except CacheFormatError:
+        return
+    for e in f.entries.values():
+        assert PAGE <= e.offset and e.offset + e.nbytes <= len(raw)
+    f.close()

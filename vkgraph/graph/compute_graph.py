@@ -25,6 +25,7 @@ from ..runtime import (
     Fence,
     Image3D,
     MemoryKind,
+    PipelineCache,
     PipelineLayout,
     ShaderModule,
     Stage,
@@ -91,6 +92,8 @@ class ComputeGraph:
         self.load_report: LoadReport | None = None
         self._legacy_run: _PrepackRun | None = None
         self._cache_file = None  # the open packed-weight cache (its pages may back device memory)
+        self._pipeline_cache: PipelineCache | None = None
+        self._pipeline_cache_data = b""
         self._cache_keys: dict[int, str] = {}
         limits = self.device.limits
         self.staging_alignment = max(16, limits["minStorageBufferOffsetAlignment"])
@@ -238,9 +241,32 @@ class ComputeGraph:
             set_layout = DescriptorSetLayout(self.device, list(types))
             layout = PipelineLayout(self.device, [set_layout], push_nbytes)
             module = ShaderModule(self.device, spirv, shader)
-            pipeline = ComputePipeline(self.device, layout, module, spec)
+            pipeline = ComputePipeline(self.device, layout, module, spec, cache=self.pipeline_cache())
             k = self._kernels[key] = Kernel(set_layout, layout, module, pipeline)
         return k
+
+    def pipeline_cache_path(self) -> Path:
+        """``cache.pipeline_cache_path``, else one file per device/driver in the cache directory."""
+        if self.config.cache.pipeline_cache_path:
+            return Path(self.config.cache.pipeline_cache_path)
+        from .._files import user_cache_dir
+
+        p = self.device.physical
+        return user_cache_dir() / "pipelines" / f"{p.vendor_id:04x}-{p.device_id:04x}-{p.pipeline_cache_uuid.hex()}.bin"
+
+    def pipeline_cache(self) -> PipelineCache:
+        """The VkPipelineCache every pipeline of this graph goes through (loaded on first use)."""
+        if self._pipeline_cache is None:
+            self._pipeline_cache = PipelineCache.load(self.device, self.pipeline_cache_path())
+            self._pipeline_cache_data = self._pipeline_cache.data()
+        return self._pipeline_cache
+
+    def _save_pipeline_cache(self) -> None:
+        if self._pipeline_cache is not None:
+            data = self._pipeline_cache.data()
+            if data != self._pipeline_cache_data:  # new pipelines: keep them for the next process
+                self._pipeline_cache.save(self.pipeline_cache_path())
+                self._pipeline_cache_data = data
 
     def prepare(self) -> None:
         """Compile and create every pipeline the graph needs (before any timing starts)."""
@@ -250,6 +276,7 @@ class ComputeGraph:
                             {0: PACK_LOCAL_SIZE}, node.packer.defines)
         for node in self.execute_nodes:
             self.kernel(node.shader, node.binding_types(self), len(node.push), node.spec, node.defines)
+        self._save_pipeline_cache()
 
     # --- memory -------------------------------------------------------------------------------
 
@@ -570,6 +597,14 @@ class ComputeGraph:
             for obj in (k.pipeline, k.module, k.layout, k.set_layout):
                 obj.destroy()
         self._kernels.clear()
+        if self._pipeline_cache is not None:
+            if self.device.alive:
+                try:
+                    self._save_pipeline_cache()
+                except OSError:
+                    pass  # an unwritable cache directory must not break teardown
+            self._pipeline_cache.destroy()
+            self._pipeline_cache = None
         if self._cache_file is not None:  # after the imported buffers that use its pages
             self._cache_file.close()
             self._cache_file = None
