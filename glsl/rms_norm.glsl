@@ -2,8 +2,11 @@
 // y[m][d] = x[m][d] / sqrt(mean_d(x[m][d]^2) + eps) * w[d]; one workgroup per row, the sum of
 // squares reduced in shared memory.
 
+#extension GL_GOOGLE_include_directive : require
+
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint LOCAL_SIZE = 64;
+#include "reduce.h"
 
 layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
 layout(set = 0, binding = 1) readonly buffer X { float x[]; };
@@ -15,8 +18,6 @@ layout(push_constant) uniform Params {
     float eps;
 };
 
-shared float partial[LOCAL_SIZE];
-
 void main() {
     uint t = gl_LocalInvocationID.x;
     for (uint m = gl_WorkGroupID.x; m < M; m += gl_NumWorkGroups.x) {
@@ -25,18 +26,9 @@ void main() {
             float v = x[m * D + d];
             s += v * v;
         }
-        partial[t] = s;
-        barrier();
-        for (uint half_ = LOCAL_SIZE / 2u; half_ > 0u; half_ /= 2u) {
-            if (t < half_) {
-                partial[t] += partial[t + half_];
-            }
-            barrier();
-        }
-        float scale = inversesqrt(partial[0] / float(D) + eps);
+        float scale = inversesqrt(workgroup_sum(s) / float(D) + eps);
         for (uint d = t; d < D; d += LOCAL_SIZE) {
             y[m * D + d] = x[m * D + d] * scale * w[d];
         }
-        barrier();  // partial[0] is read above before the next row overwrites it
     }
 }

