@@ -122,3 +122,35 @@ def test_bad_file_is_rebuilt_with_a_warning(device, compiler, tmp_path, damage):
         g, _, report = load(device, compiler, path, model)
         g.destroy()
     assert report.cache_hits == 4
+
+
+def test_changed_weights_file_misses(device, compiler, tmp_path):
+    """File-backed sources are keyed by path, size, mtime and offset (not read to hash them)."""
+    import os
+
+    from vkgraph.models.safetensors import SafetensorsFile, write_safetensors
+
+    weights_file, path = tmp_path / "m.safetensors", tmp_path / "w.vkpw"
+    rng = np.random.default_rng(9)
+
+    def load_file():
+        with SafetensorsFile(weights_file) as st:
+            g = ComputeGraph(GraphConfig().replace(cache__packed_weights_path=str(path)), device=device, compiler=compiler)
+            info = st.info("w")
+            ref = g.prepack_tensor(g.add_tensorref(st.source("w"), "w", shape=info.shape, dtype=info.dtype), "linear_4x4")
+            report = g.run_prepack()
+            packed = bytes(g.read_tensor(ref))
+            g.destroy()
+        return report, packed
+
+    first = rng.standard_normal((8, 32)).astype(np.float32)
+    write_safetensors(weights_file, {"w": first})
+    assert load_file()[0].cache_misses == 1
+    assert load_file()[0].cache_hits == 1
+    second = rng.standard_normal((8, 32)).astype(np.float32)
+    write_safetensors(weights_file, {"w": second})
+    st_ = weights_file.stat()
+    os.utime(weights_file, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1_000_000))
+    report, packed = load_file()
+    assert report.cache_misses == 1 and report.cache_hits == 0
+    assert packed == load_file()[1]  # and the new entry serves the next load

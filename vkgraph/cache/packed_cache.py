@@ -36,7 +36,12 @@ def node_key(graph: ComputeGraph, node: PrepackNode) -> str:
         ident = "blake2b:" + hashlib.blake2b(src.source.read(), digest_size=16).hexdigest()
     shader = "none"
     if node.packer.shader is not None:
-        shader = hashlib.sha256(graph.compiler.compile_named(node.packer.shader, node.packer.defines)).hexdigest()[:16]
+        memo = graph._shader_hashes
+        sk = (node.packer.shader, tuple(sorted(node.packer.defines.items())))
+        if sk not in memo:
+            spirv = graph.compiler.compile_named(node.packer.shader, node.packer.defines)
+            memo[sk] = hashlib.sha256(spirv).hexdigest()[:16]
+        shader = memo[sk]
     defines = ",".join(f"{k}={v}" for k, v in sorted(node.packer.defines.items()))
     return (f"{src.name}|{ident}|{src.shape}|{src.dtype}|{node.packer.name}[{defines}]|{shader}|"
             f"{dst.layout}|{dst.shape}|{dst.nbytes}")

@@ -95,6 +95,7 @@ class ComputeGraph:
         self._pipeline_cache: PipelineCache | None = None
         self._pipeline_cache_data = b""
         self._cache_keys: dict[int, str] = {}
+        self._shader_hashes: dict[tuple, str] = {}  # packing-shader SPIR-V hashes, for cache keys
         limits = self.device.limits
         self.staging_alignment = max(16, limits["minStorageBufferOffsetAlignment"])
         #: The most bytes one storage-buffer binding may span; bigger weights are packed and read
@@ -317,10 +318,11 @@ class ComputeGraph:
         self._check_not_prepacked()
         self.prepare()
         run = None
+        t0 = time.perf_counter()  # the cache lookup is part of the load
         try:
             hits = self._cache_lookup()
             nodes = [n for i, n in enumerate(self.prepack_nodes) if i not in hits]
-            run = _PrepackRun(self, "legacy", nodes, [range(len(nodes))] if nodes else [], hits=hits)
+            run = _PrepackRun(self, "legacy", nodes, [range(len(nodes))] if nodes else [], hits=hits, t0=t0)
             if nodes:
                 run.encode(0)
         except BaseException as exc:
@@ -348,12 +350,13 @@ class ComputeGraph:
         self.prepare()
         mode = "reduce-peak" if reduce_peak_memory(self.config, self.total_constant_nbytes) else "staged"
         run = None
+        t0 = time.perf_counter()  # the cache lookup is part of the load
         try:
             hits = self._cache_lookup()
             nodes = [n for i, n in enumerate(self.prepack_nodes) if i not in hits]
             sizes = [n.staging_nbytes(self) for n in nodes]
             cuts = prepack_cut_points(sizes, PrepackThresholds.from_config(self.config))
-            run = _PrepackRun(self, mode, nodes, batches(len(sizes), cuts), progress, hits=hits)
+            run = _PrepackRun(self, mode, nodes, batches(len(sizes), cuts), progress, hits=hits, t0=t0)
             for b in range(len(run.plan)):
                 run.encode(b)
                 run.submit(b)
@@ -622,7 +625,8 @@ class _PrepackRun:
     """The state of one prepack: plan, staging, command buffers, fences, timings."""
 
     def __init__(self, graph: ComputeGraph, mode: str, nodes: list[PrepackNode], plan: list[range],
-                 progress: ProgressFn | None = None, *, hits: dict[int, Any] | None = None):
+                 progress: ProgressFn | None = None, *, hits: dict[int, Any] | None = None,
+                 t0: float | None = None):
         self.graph = graph
         self.mode = mode
         self.nodes = nodes  # the nodes to pack (cache hits are not among them)
@@ -639,7 +643,7 @@ class _PrepackRun:
             capacity = max(self.batch_nbytes, default=0)  # one batch, reused after each wait
         else:
             capacity = min(graph.config.effective("prepack.staging_ring_nbytes"), total)
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter() if t0 is None else t0
         self.device_base = dev.allocated_nbytes
         dev.peak_allocated_nbytes = dev.allocated_nbytes
         self.report = LoadReport(mode, len(graph.prepack_nodes), graph.total_constant_nbytes,

@@ -14,6 +14,14 @@ from ..runtime import Buffer, Image3D
 ValueRef = int
 
 
+def file_identity(path: str, offset: int, nbytes: int) -> str:
+    """Names bytes of a file without reading them: path, size, mtime, offset, length."""
+    import os
+
+    st = os.stat(path)
+    return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}:{offset}:{nbytes}"
+
+
 class ByteSource(Protocol):
     """Where a TensorRef's bytes come from. ``read()`` may be called once per prepack node;
     ``release()`` is called after the last one, so file pages can be dropped from memory."""
@@ -29,11 +37,15 @@ class ArraySource:
     """Bytes of a numpy array (or a view of a memory map). ``release()`` drops the reference,
     and for a view of a file mapping tells the kernel the pages are no longer needed."""
 
-    def __init__(self, array: np.ndarray, mapping: mmap.mmap | None = None, offset: int = 0):
+    def __init__(self, array: np.ndarray, mapping: mmap.mmap | None = None, offset: int = 0,
+                 identity: str | None = None):
         self._array: np.ndarray | None = np.ascontiguousarray(array)
         self.nbytes = self._array.nbytes
         self._mapping = mapping
         self._offset = offset
+        #: What the bytes are without reading them (file, size, mtime, offset), for cache keys;
+        #: None: identify by content.
+        self.identity = identity
 
     def read(self) -> np.ndarray:
         if self._array is None:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import VkGraphError
-from ..graph.values import ArraySource
+from ..graph.values import ArraySource, file_identity
 
 #: GGML types vkgraph reads, and the packer format of the quantized ones.
 SUPPORTED = {"F32": "", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}
@@ -77,7 +77,8 @@ class GGUFFile:
     def source(self, name: str) -> ArraySource:
         """A lazy source over the file mapping; its pages are dropped after release()."""
         t = self.tensor(name)
-        return ArraySource(t.data, mapping=self._mmap, offset=t.offset)
+        return ArraySource(t.data, mapping=self._mmap, offset=t.offset,
+                           identity=file_identity(self.path, t.offset, t.data.nbytes))
 
     def array(self, name: str) -> np.ndarray:
         """The tensor as float32 (dequantized), for references."""
