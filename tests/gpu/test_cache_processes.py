@@ -52,3 +52,25 @@ def test_two_processes_at_once(device, tmp_path):
     f = PackedWeightFile(path)
     assert len(f.entries) == 12 and f.verify() == []
     f.close()
+
+
+@pytest.mark.slow
+def test_file_size_stable_across_twenty_processes(device, tmp_path):
+    path = tmp_path / "cycles.vkpw"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    # 20 loads, each in a fresh process, run back to back by one driver process.
+    driver = (
+        "import subprocess, sys, os, json\n"
+        f"script = {SCRIPT!r}\n"
+        "sizes = []\n"
+        "for _ in range(20):\n"
+        "    out = subprocess.run([sys.executable, '-c', script, sys.argv[1]], capture_output=True, text=True, check=True)\n"
+        "    r = json.loads(out.stdout.strip().splitlines()[-1])\n"
+        "    assert r['ok'], r\n"
+        "    sizes.append(os.path.getsize(sys.argv[1]))\n"
+        "print(json.dumps(sizes))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", driver, str(path)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    sizes = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(sizes) == 20 and len(set(sizes)) == 1, sizes

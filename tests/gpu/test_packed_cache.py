@@ -154,3 +154,28 @@ def test_changed_weights_file_misses(device, compiler, tmp_path):
     report, packed = load_file()
     assert report.cache_misses == 1 and report.cache_hits == 0
     assert packed == load_file()[1]  # and the new entry serves the next load
+
+
+def test_damaged_region_is_never_used(device, compiler, tmp_path):
+    """A flipped byte inside a packed region (index intact): the warm load notices, packs from
+    the source, gives correct results, and the rebuilt file is good."""
+    from vkgraph.cache.format import PackedWeightFile
+
+    path = tmp_path / "w.vkpw"
+    model = weights(6, count=4)
+    g, refs, _ = load(device, compiler, path, model)
+    with g:
+        packed = [bytes(g.read_tensor(r)) for r in refs]
+    f = PackedWeightFile(path)
+    victim = next(iter(f.entries.values()))
+    f.close()
+    raw = bytearray(path.read_bytes())
+    raw[victim.offset + 3] ^= 0x40
+    path.write_bytes(bytes(raw))
+    with pytest.warns(UserWarning, match="region checksum mismatch"):
+        g, refs, report = load(device, compiler, path, model)
+    with g:
+        assert report.cache_hits == 0 and [bytes(g.read_tensor(r)) for r in refs] == packed
+    f = PackedWeightFile(path)
+    assert f.verify() == [] and len(f.entries) == 4
+    f.close()

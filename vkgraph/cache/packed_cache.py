@@ -87,7 +87,8 @@ def save(path: Path, identity: dict, new: dict[str, tuple[str, np.ndarray | memo
             regions: dict[str, tuple[str, np.ndarray | memoryview]] = {}
             if current is not None:
                 for key, e in current.entries.items():
-                    regions[key] = (e.layout, current.region(e))
+                    if key not in new and current.intact(e):  # damaged regions are dropped
+                        regions[key] = (e.layout, current.region(e))
             regions.update(new)
             return write_file(path, identity, ((k, lay, data) for k, (lay, data) in regions.items()))
         finally:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -394,6 +397,19 @@ class ComputeGraph:
             entry = self._cache_file.entries.get(key) if self._cache_file else None
             if entry is not None and entry.nbytes == self.values[node.dst].nbytes:
                 hits[i] = entry
+        if not hits:
+            return hits
+        # Check every region this load will use; xxh3 releases the GIL, so use the cores.
+        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+            intact = list(pool.map(self._cache_file.intact, hits.values()))
+        bad = [e.key for e, ok in zip(hits.values(), intact) if not ok]
+        if bad:  # never hand the device damaged weights: pack everything, rebuild the file
+            warnings.warn(f"packed-weight cache rejected, it will be rebuilt: {path}: region checksum mismatch "
+                          f"for {bad[0].split('|', 1)[0]!r}" + (f" and {len(bad) - 1} more" if len(bad) > 1 else ""),
+                          stacklevel=3)
+            self._cache_file.close()
+            self._cache_file = None
+            return {}
         return hits
 
     def _load_cached(self, node: PrepackNode, entry: Any) -> str:
