@@ -197,6 +197,34 @@ def cmd_cache(args: argparse.Namespace) -> int:
         f.close()
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from .bench import CONFIG_DIR
+    from .config import load_config
+    from .simulate import load_profile, model_nodes, simulate
+
+    profile = load_profile(args.profile)
+    cfg = load_config(args.config or CONFIG_DIR / "default.toml")
+    sim = simulate(model_nodes(args.model), cfg, profile, args.mode)
+    if args.json:
+        print(json.dumps({"model": args.model, "profile": profile.name, **sim.to_dict()}))
+        return 0
+    mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+    print(f"{args.model} on {profile.name} ({sim.mode}), predicted:")
+    for k, v in (("load time", f"{sim.load_s:.3f} s"), ("CPU encode", f"{sim.cpu_encode_s:.3f} s"),
+                 ("fence wait", f"{sim.fence_wait_s:.3f} s"), ("GPU time", f"{sim.gpu_s:.3f} s"),
+                 ("submits", sim.submits), ("constant bytes", mib(sim.total_constant_nbytes)),
+                 ("peak staging", mib(sim.peak_staging_nbytes)), ("peak device memory", mib(sim.peak_device_nbytes)),
+                 ("packing dispatches", sim.packing_dispatches)):
+        print(f"  {k:<20} {v}")
+    print("  batch  nodes  staged      cpu start..end     gpu start..end")
+    for b in sim.batches[:12]:
+        print(f"  {b.index:>5}  {b.nodes:>5}  {mib(b.staging_nbytes):>9}  {b.cpu_start_s:7.3f}..{b.cpu_end_s:7.3f}  "
+              f"{b.gpu_start_s:7.3f}..{b.gpu_end_s:7.3f}")
+    if len(sim.batches) > 12:
+        print(f"  ... {len(sim.batches) - 12} more")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vkgraph", description=__doc__)
     p.add_argument("--version", action="version", version=f"vkgraph {__version__}")
@@ -238,6 +266,15 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--trace", help="write a Chrome trace of the load to this file")
     bl.add_argument("--json", action="store_true")
     bl.set_defaults(fn=cmd_bench_load)
+
+    sim = sub.add_parser("simulate", help="predict a load (time, memory, submits) from a device profile")
+    sim.add_argument("--profile", default="lavapipe", help="profile TOML or a name in profiles/ (default lavapipe)")
+    sim.add_argument("--model", default="synthetic:256",
+                     help="synthetic:<MB>, smollm2, minilm, FILE.gguf, or llama-3.2-1b|llama-3.2-3b|llama-3-8b:<fp32|fp16|q4_0|q4_1|q8_0>")
+    sim.add_argument("--config", help="TOML config (default configs/default.toml)")
+    sim.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], help="default: from the config")
+    sim.add_argument("--json", action="store_true")
+    sim.set_defaults(fn=cmd_simulate)
 
     cache = sub.add_parser("cache", help="inspect, verify or clear a packed-weight cache file")
     cache.add_argument("action", choices=["info", "verify", "clear"])

@@ -1,0 +1,28 @@
+"""The simulator and run_prepack() agree exactly on what is decided, not measured: submits,
+bytes per submit and peak staging."""
+
+import pytest
+
+from vkgraph.config import GraphConfig
+from vkgraph.graph import ComputeGraph
+from vkgraph.models import synthetic
+from vkgraph.models.safetensors import SafetensorsFile
+from vkgraph.simulate import load_profile, model_nodes, simulate
+
+
+@pytest.mark.parametrize("mode", ["legacy", "staged", "reduce-peak"])
+def test_plan_and_peak_staging_match_the_device(device, compiler, tmp_path, mode):
+    spec = synthetic.SyntheticSpec.for_size(8)
+    cfg = GraphConfig().replace(prepack__threshold_nbytes=256 << 10, prepack__initial_threshold_nbytes=64 << 10,
+                                prepack__staging_ring_nbytes=1 << 20, prepack__reduce_peak_memory=(mode == "reduce-peak"))
+    with SafetensorsFile(synthetic.weights_path(spec, tmp_path)) as st, ComputeGraph(cfg, device=device, compiler=compiler) as g:
+        synthetic.build(g, st, spec)
+        report = g.prepack() if mode == "legacy" else g.run_prepack()
+    profile = load_profile("lavapipe")
+    if profile.host_visible_device_local != device.host_visible_device_local:
+        pytest.skip("the lavapipe profile describes a device with host-visible device memory")
+    sim = simulate(model_nodes("synthetic:8"), cfg, profile, mode)
+    assert sim.submits == report.submits
+    assert [b.staging_nbytes for b in sim.batches] == report.bytes_per_submit
+    assert sim.peak_staging_nbytes == report.peak_staging_nbytes
+    assert sim.packing_dispatches == report.packing_dispatches

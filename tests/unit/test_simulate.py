@@ -1,0 +1,73 @@
+import dataclasses
+
+import pytest
+
+from vkgraph.config import GraphConfig
+from vkgraph.errors import ConfigError
+from vkgraph.graph.scheduler import PrepackThresholds, batches, prepack_cut_points
+from vkgraph.simulate import SimNode, load_profile, model_nodes, simulate
+
+KiB = 1024
+PROFILE = load_profile("lavapipe")
+
+
+def nodes_of(sizes, packer="linear_4x4"):
+    return [SimNode(f"n{i}", packer, s, s) for i, s in enumerate(sizes)]
+
+
+@pytest.mark.parametrize("cfg", [
+    GraphConfig(),
+    GraphConfig().replace(prepack__threshold_nbytes=8 * KiB, prepack__initial_threshold_nbytes=2 * KiB),
+    GraphConfig().replace(prepack__threshold_nodes=3, prepack__initial_threshold_nodes=1),
+])
+def test_cut_points_are_the_schedulers(cfg):
+    sizes = [int(s) for s in (100, 5000, 7000, 300, 12000, 1, 1, 9000, 4000, 64, 20000, 2)]
+    sim = simulate(nodes_of(sizes), cfg, PROFILE, "staged")
+    plan = batches(len(sizes), prepack_cut_points(sizes, PrepackThresholds.from_config(cfg)))
+    assert sim.submits == len(plan)
+    assert [b.staging_nbytes for b in sim.batches] == [sum(sizes[i] for i in r) for r in plan]
+    assert [b.nodes for b in sim.batches] == [len(r) for r in plan]
+
+
+def test_modes_and_memory():
+    nodes = model_nodes("synthetic:64")
+    cfg = GraphConfig()
+    legacy, staged, reduce = (simulate(nodes, cfg, PROFILE, m) for m in ("legacy", "staged", "reduce-peak"))
+    assert legacy.submits == 1 and staged.submits == reduce.submits > 1
+    staged_bytes = sum(n.src_nbytes for n in nodes if n.shader)
+    assert legacy.peak_staging_nbytes >= staged_bytes  # all staging at once
+    assert staged.peak_staging_nbytes <= cfg.effective("prepack.staging_ring_nbytes")
+    assert reduce.peak_staging_nbytes <= staged.peak_staging_nbytes
+    assert staged.load_s < legacy.load_s
+    for s in (legacy, staged, reduce):
+        assert s.load_s >= max(s.cpu_encode_s, max(b.gpu_end_s for b in s.batches))
+        assert all(b.gpu_start_s >= b.cpu_end_s for b in s.batches)  # the GPU starts after the submit
+
+
+def test_faster_device_loads_faster():
+    nodes = model_nodes("synthetic:64")
+    fast = dataclasses.replace(PROFILE, pack_gbps={k: v * 10 for k, v in PROFILE.pack_gbps.items()})
+    assert simulate(nodes, GraphConfig(), fast).load_s < simulate(nodes, GraphConfig(), PROFILE).load_s
+
+
+def test_shape_only_llama_specs():
+    nodes = model_nodes("llama-3.2-1b:q4_0")
+    assert len(nodes) == 1 + 16 * 9 + 1
+    params = sum(n.src_nbytes for n in nodes if n.packer == "q4_0") / 18 * 32
+    assert 0.9e9 < params < 1.1e9  # the 1B model's matrices besides the embedding
+    assert model_nodes("llama-3-8b:fp16")[1].src_nbytes == 4096 * 4  # norms stay fp32
+    with pytest.raises(ValueError, match="unknown model 'gpt-9'"):
+        model_nodes("gpt-9")
+
+
+def test_bad_profiles(tmp_path):
+    p = tmp_path / "p.toml"
+    p.write_text('[device]\nname = "x"\nhost_visible_device_local = true\n[cpu]\ncopy_gbps = 1\n')
+    with pytest.raises(ConfigError, match="p.toml: .*missing"):
+        load_profile(p)
+    text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text().replace("copy_gbps = 12.5", "copy_gbps = -1")
+    p.write_text(text)
+    with pytest.raises(ConfigError, match="cpu.copy_gbps: must be > 0"):
+        load_profile(p)
+    with pytest.raises(ConfigError, match="no such profile"):
+        load_profile(tmp_path / "none.toml")

@@ -1,0 +1,317 @@
+"""A discrete-event model of a load (``vkgraph simulate``). Pure Python, no Vulkan.
+
+It plans command buffers with the same :func:`~vkgraph.graph.scheduler.prepack_cut_points` as
+``run_prepack()``, models the staging ring with the same reserve/retire rule as
+:class:`~vkgraph.graph.staging.StagingRing`, and runs the CPU and the GPU queue as two timelines:
+
+- CPU per batch: reserve staging (waiting for the oldest batches' fences when the ring is full),
+  encode each node (a fixed cost plus copying its bytes into staging, or straight into device
+  memory for direct writes, at the bandwidth of fresh or already-touched pages), then submit.
+- GPU per batch: starts when submitted and the queue is free; each node costs a dispatch overhead
+  plus its packed bytes over the packer kind's bandwidth.
+- Reduce-peak mode waits for every batch (plus fence latency); legacy is one batch.
+
+A profile (TOML, see profiles/) holds the device's parameters.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import GraphConfig
+from .errors import ConfigError
+from .graph.scheduler import PrepackThresholds, batches, prepack_cut_points, reduce_peak_memory
+from .graph.staging import align_up
+
+PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class SimNode:
+    """One prepack node as the simulator sees it."""
+
+    name: str
+    packer: str  # "identity", "linear_4x4", "q4_0", ...
+    src_nbytes: int
+    packed_nbytes: int
+
+    @property
+    def shader(self) -> bool:
+        return self.packer not in ("identity",)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    host_visible_device_local: bool
+    staging_alignment: int
+    copy_gbps: float  # CPU copy into already-touched memory
+    fresh_copy_gbps: float  # CPU copy into freshly allocated pages (first touch)
+    encode_node_s: float  # CPU cost per prepack node besides copying (binding, recording)
+    submit_s: float
+    fence_latency_s: float
+    dispatch_s: float  # GPU cost per packing dispatch besides its bytes
+    pack_gbps: dict[str, float]  # GPU packing bandwidth per packer kind ("default" for the rest)
+    source: str = ""
+
+    def pack_bandwidth(self, packer: str) -> float:
+        return self.pack_gbps.get(packer, self.pack_gbps["default"]) * GB
+
+
+def load_profile(path: str | Path) -> Profile:
+    """A profile from TOML: a path, or a name in profiles/ (``lavapipe``)."""
+    p = Path(path)
+    if not p.suffix and not p.exists():
+        p = PROFILE_DIR / f"{path}.toml"
+    try:
+        d = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(str(p), "(file)", "no such profile") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(p), "(syntax)", str(exc)) from None
+    try:
+        dev, cpu, gpu = d["device"], d["cpu"], d["gpu"]
+        pack = {k: float(v) for k, v in gpu["pack_gbps"].items()}
+        if "default" not in pack:
+            raise KeyError("gpu.pack_gbps.default")
+        prof = Profile(
+            name=str(dev["name"]), host_visible_device_local=bool(dev["host_visible_device_local"]),
+            staging_alignment=int(dev.get("staging_alignment", 16)),
+            copy_gbps=float(cpu["copy_gbps"]), fresh_copy_gbps=float(cpu["fresh_copy_gbps"]),
+            encode_node_s=float(cpu["encode_node_us"]) * 1e-6, submit_s=float(cpu["submit_us"]) * 1e-6,
+            fence_latency_s=float(gpu["fence_latency_us"]) * 1e-6, dispatch_s=float(gpu["dispatch_us"]) * 1e-6,
+            pack_gbps=pack, source=str(d.get("source", "")),
+        )
+    except KeyError as exc:
+        raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(p), "(values)", str(exc)) from None
+    for key, v in (("cpu.copy_gbps", prof.copy_gbps), ("cpu.fresh_copy_gbps", prof.fresh_copy_gbps),
+                   *((f"gpu.pack_gbps.{k}", v) for k, v in pack.items())):
+        if v <= 0:
+            raise ConfigError(str(p), key, f"must be > 0, got {v}")
+    return prof
+
+
+# --- model specs: prepack nodes without weights or a device ------------------------------------------
+
+LLAMA_SHAPES = {  # dim, layers, heads, kv_heads, hidden, vocab (published configs)
+    "llama-3.2-1b": (2048, 16, 32, 8, 8192, 128256),
+    "llama-3.2-3b": (3072, 28, 24, 8, 8192, 128256),
+    "llama-3-8b": (4096, 32, 32, 8, 14336, 128256),
+}
+QUANT_BYTES = {"q4_0": (18, 4, 1), "q4_1": (20, 4, 2), "q8_0": (34, 8, 1)}  # block bytes, words, scales
+
+
+def _linear(name: str, n: int, k: int, dtype: str) -> SimNode:
+    if dtype in QUANT_BYTES:
+        block, words, scales = QUANT_BYTES[dtype]
+        return SimNode(name, dtype, n * k // 32 * block, n * k // 32 * (words + scales) * 4)
+    item = 2 if dtype == "fp16" else 4
+    packed = ((n + 3) // 4) * ((k + 3) // 4) * 16 * item
+    return SimNode(name, "linear_4x4", n * k * item, packed)
+
+
+def _vector(name: str, n: int) -> SimNode:
+    return SimNode(name, "identity", n * 4, n * 4)
+
+
+def llama_nodes(dim: int, layers: int, heads: int, kv_heads: int, hidden: int, vocab: int, dtype: str) -> list[SimNode]:
+    kv = dim // heads * kv_heads
+    emb_dtype = "q8_0" if dtype in QUANT_BYTES else dtype
+    emb = _linear("token_embd", vocab, dim, emb_dtype)
+    nodes = [emb if emb.packer != "linear_4x4" else SimNode("token_embd", "identity", emb.src_nbytes, emb.src_nbytes)]
+    for i in range(layers):
+        p = f"blk.{i}."
+        nodes += [_vector(p + "attn_norm", dim), _linear(p + "attn_q", dim, dim, dtype), _linear(p + "attn_k", kv, dim, dtype),
+                  _linear(p + "attn_v", kv, dim, dtype), _linear(p + "attn_output", dim, dim, dtype),
+                  _vector(p + "ffn_norm", dim), _linear(p + "ffn_gate", hidden, dim, dtype),
+                  _linear(p + "ffn_up", hidden, dim, dtype), _linear(p + "ffn_down", dim, hidden, dtype)]
+    return nodes + [_vector("output_norm", dim)]
+
+
+def model_nodes(model: str) -> list[SimNode]:
+    """Prepack nodes of ``synthetic:<MB>``, ``smollm2``, ``minilm``, a llama ``.gguf`` file, or a
+    shape-only spec ``<llama-3.2-1b|llama-3.2-3b|llama-3-8b>:<fp32|fp16|q4_0|q4_1|q8_0>``."""
+    from .models import synthetic
+
+    mb = synthetic.parse_model_name(model)
+    if mb is not None:
+        spec = synthetic.SyntheticSpec.for_size(mb)
+        out = []
+        for name, shape in spec.shapes().items():
+            if len(shape) == 1 or name == "tok_embeddings.weight":
+                out.append(SimNode(name, "identity", 4 * int(shape[0]) * (shape[1] if len(shape) > 1 else 1),
+                                   4 * int(shape[0]) * (shape[1] if len(shape) > 1 else 1)))
+            else:
+                out.append(_linear(name, shape[0], shape[1], "fp32"))
+        return out
+    m = re.fullmatch(r"(llama-3\.2-1b|llama-3\.2-3b|llama-3-8b):(fp32|fp16|q4_0|q4_1|q8_0)", model.lower())
+    if m:
+        return llama_nodes(*LLAMA_SHAPES[m.group(1)], m.group(2))
+    if model == "smollm2" or model.endswith(".gguf"):
+        from .models.gguf_file import GGUFFile
+        from .models.llama import gguf_path
+
+        with GGUFFile(gguf_path(None if model == "smollm2" else model)) as f:
+            out = []
+            for t in f.tensors.values():
+                if t.quant:
+                    out.append(_linear(t.name, t.shape[0], t.shape[1], t.quant))
+                else:
+                    out.append(SimNode(t.name, "identity", t.data.nbytes, t.data.nbytes))
+            out.append(SimNode("kv_mask", "identity", 512 * 4, 512 * 4))
+            return out
+    if model == "minilm":
+        from .models.minilm import model_dir
+        from .models.safetensors import SafetensorsFile
+
+        with SafetensorsFile(model_dir() / "model.safetensors") as st:
+            out = []
+            for t in st.tensors.values():
+                if t.name.endswith("position_ids"):
+                    continue
+                if len(t.shape) == 2 and "embeddings" not in t.name:
+                    out.append(_linear(t.name, t.shape[0], t.shape[1], "fp32"))
+                else:
+                    out.append(SimNode(t.name, "identity", t.nbytes, t.nbytes))
+            return out
+    raise ValueError(f"unknown model {model!r} for the simulator; known: synthetic:<MB>, smollm2, minilm, "
+                     f"FILE.gguf, {'|'.join(LLAMA_SHAPES)}:<fp32|fp16|q4_0|q4_1|q8_0>")
+
+
+# --- the simulation ----------------------------------------------------------------------------
+
+
+class RingModel:
+    """StagingRing's reserve/retire rule on numbers: regions per batch, reused only after the batch
+    that read them finished; reserving waits (oldest first) while the new region would overlap."""
+
+    def __init__(self, capacity: int, alignment: int):
+        self.alignment = alignment
+        self.capacity = align_up(max(capacity, alignment), alignment)
+        self.head = 0
+        self.live: deque[tuple[int, int, int]] = deque()  # (start, end, batch)
+        self.own_peak = 0
+
+    def reserve(self, nbytes: int, batch: int) -> list[int]:
+        """Batches to wait for before the region is free; records the region."""
+        nbytes = align_up(max(nbytes, 1), self.alignment)
+        if nbytes > self.capacity:
+            self.own_peak = max(self.own_peak, nbytes)
+            return []
+        waits = []
+        while True:
+            start = self.head if self.head + nbytes <= self.capacity else 0
+            end = start + nbytes
+            if not any(s < end and start < e for s, e, _ in self.live):
+                break
+            waits.append(self.live.popleft()[2])
+        self.live.append((start, end, batch))
+        self.head = end
+        return waits
+
+
+@dataclass
+class BatchTimeline:
+    index: int
+    nodes: int
+    staging_nbytes: int
+    cpu_start_s: float
+    cpu_end_s: float
+    gpu_start_s: float
+    gpu_end_s: float
+
+
+@dataclass
+class Simulation:
+    mode: str
+    load_s: float
+    cpu_encode_s: float
+    fence_wait_s: float
+    gpu_s: float
+    submits: int
+    peak_staging_nbytes: int
+    peak_device_nbytes: int
+    total_constant_nbytes: int
+    packing_dispatches: int
+    batches: list[BatchTimeline] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "batches"}
+        d["timeline"] = [b.__dict__ for b in self.batches]
+        return d
+
+
+def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str | None = None) -> Simulation:
+    """Predict a load of ``nodes`` (mode: "legacy", "staged", "reduce-peak"; default from ``cfg``)."""
+    total = sum(n.src_nbytes for n in nodes)
+    if mode is None:
+        mode = "reduce-peak" if reduce_peak_memory(cfg, total) else "staged"
+    align = profile.staging_alignment
+
+    def direct(n: SimNode) -> bool:
+        return not n.shader and profile.host_visible_device_local
+
+    sizes = [0 if direct(n) else n.src_nbytes for n in nodes]
+    cuts = [] if mode == "legacy" else prepack_cut_points(sizes, PrepackThresholds.from_config(cfg))
+    plan = batches(len(nodes), cuts)
+    batch_nbytes = [sum(align_up(sizes[i], align) for i in b) for b in plan]
+    total_staged = sum(batch_nbytes)
+    if mode == "legacy":
+        capacity = total_staged
+    elif mode == "reduce-peak":
+        capacity = max(batch_nbytes, default=0)
+    else:
+        capacity = min(cfg.effective("prepack.staging_ring_nbytes"), total_staged)
+    ring = RingModel(capacity, align) if total_staged else None
+    touched = 0  # staging bytes already first-touched (the ring reuses them)
+
+    cpu = gpu_free = fence_wait = encode = 0.0
+    done: dict[int, float] = {}
+    out: list[BatchTimeline] = []
+    dispatches = 0
+    for b, rng in enumerate(plan):
+        if ring is not None and batch_nbytes[b]:
+            for w in ring.reserve(batch_nbytes[b], b):
+                ready = done[w] + profile.fence_latency_s
+                if ready > cpu:
+                    fence_wait += ready - cpu
+                    cpu = ready
+        start = cpu
+        gpu_work = 0.0
+        for i in rng:
+            n = nodes[i]
+            t = profile.encode_node_s
+            if direct(n):
+                t += n.src_nbytes / (profile.fresh_copy_gbps * GB)  # into fresh device pages
+            else:
+                fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
+                touched += fresh
+                t += fresh / (profile.fresh_copy_gbps * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
+                if n.shader:
+                    gpu_work += profile.dispatch_s + n.packed_nbytes / profile.pack_bandwidth(n.packer)
+                    dispatches += 1
+                else:
+                    gpu_work += n.src_nbytes / profile.pack_bandwidth("identity")
+            cpu += t
+        cpu += profile.submit_s
+        encode += cpu - start
+        gpu_start = max(cpu, gpu_free)
+        gpu_free = done[b] = gpu_start + gpu_work
+        out.append(BatchTimeline(b, len(rng), sum(sizes[i] for i in rng), start, cpu, gpu_start, gpu_free))
+        if mode == "reduce-peak":
+            ready = gpu_free + profile.fence_latency_s
+            fence_wait += max(0.0, ready - cpu)
+            cpu = max(cpu, ready)
+    end = max(cpu, gpu_free + (profile.fence_latency_s if plan else 0.0))
+    fence_wait += max(0.0, end - cpu)
+    peak_staging = ring.capacity + ring.own_peak if ring else 0
+    return Simulation(mode, end, encode, fence_wait, sum(x.gpu_end_s - x.gpu_start_s for x in out), len(plan),
+                      peak_staging, sum(n.packed_nbytes for n in nodes) + peak_staging, total, dispatches, out)
