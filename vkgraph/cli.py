@@ -197,10 +197,48 @@ def cmd_cache(args: argparse.Namespace) -> int:
         f.close()
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .calibrate import calibrate, profile_toml
+    from .runtime import Device
+
+    with Device(args.device) as dev:
+        profile, raw = calibrate(dev)
+    text = profile_toml(profile)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+        print(f"profile written to {args.out}")
+    print(json.dumps(raw, indent=2) if args.json else text)
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .calibrate import VALIDATE_MODELS, validate
+
+    models = tuple(args.models.split(",")) if args.models else VALIDATE_MODELS
+    rows = validate(args.profile, models, args.repeat, args.config)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"simulated ({args.profile}) vs measured (fresh processes, median of {args.repeat}):\n")
+    print("| model | mode | measured load_s | simulated load_s | error | measured peak staging | simulated | error |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['mode']} | {r['measured_load_s']:.3f} | {r['simulated_load_s']:.3f} | "
+              f"{r['load_error']:+.0%} | {r['measured_peak_staging'] / 2**20:.1f} MiB | "
+              f"{r['simulated_peak_staging'] / 2**20:.1f} MiB | {r['staging_error']:+.1%} |")
+    return 0
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .bench import CONFIG_DIR
     from .config import load_config
     from .simulate import load_profile, model_nodes, simulate
+
+    if args.calibrate:
+        return cmd_calibrate(args)
+    if args.validate:
+        return cmd_validate(args)
 
     profile = load_profile(args.profile)
     cfg = load_config(args.config or CONFIG_DIR / "default.toml")
@@ -274,6 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--config", help="TOML config (default configs/default.toml)")
     sim.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], help="default: from the config")
     sim.add_argument("--json", action="store_true")
+    sim.add_argument("--calibrate", action="store_true", help="measure a profile on this device (see --out)")
+    sim.add_argument("--out", help="with --calibrate: write the profile here (e.g. profiles/<device>.toml)")
+    sim.add_argument("--device", help="with --calibrate: device-name substring or ICD json path")
+    sim.add_argument("--validate", action="store_true",
+                     help="compare the simulator with measured loads (legacy, staged, reduce-peak)")
+    sim.add_argument("--models", help="with --validate: comma-separated (default synthetic:256,synthetic:1024,smollm2)")
+    sim.add_argument("--repeat", type=int, default=1, help="with --validate: measured loads per point (median)")
     sim.set_defaults(fn=cmd_simulate)
 
     cache = sub.add_parser("cache", help="inspect, verify or clear a packed-weight cache file")

@@ -59,6 +59,7 @@ class Profile:
     dispatch_s: float  # GPU cost per packing dispatch besides its bytes
     pack_gbps: dict[str, float]  # GPU packing bandwidth per packer kind ("default" for the rest)
     source: str = ""
+    source_read_gbps: float = 0.0  # first read of weights through a file mapping (page faults); 0: free
 
     def pack_bandwidth(self, packer: str) -> float:
         return self.pack_gbps.get(packer, self.pack_gbps["default"]) * GB
@@ -86,7 +87,7 @@ def load_profile(path: str | Path) -> Profile:
             copy_gbps=float(cpu["copy_gbps"]), fresh_copy_gbps=float(cpu["fresh_copy_gbps"]),
             encode_node_s=float(cpu["encode_node_us"]) * 1e-6, submit_s=float(cpu["submit_us"]) * 1e-6,
             fence_latency_s=float(gpu["fence_latency_us"]) * 1e-6, dispatch_s=float(gpu["dispatch_us"]) * 1e-6,
-            pack_gbps=pack, source=str(d.get("source", "")),
+            pack_gbps=pack, source=str(d.get("source", "")), source_read_gbps=float(cpu.get("source_read_gbps", 0.0)),
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
@@ -289,6 +290,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
         for i in rng:
             n = nodes[i]
             t = profile.encode_node_s
+            if profile.source_read_gbps > 0:  # weights come from file mappings: page faults on first read
+                t += n.src_nbytes / (profile.source_read_gbps * GB)
             if direct(n):
                 t += n.src_nbytes / (profile.fresh_copy_gbps * GB)  # into fresh device pages
             else:

@@ -26,3 +26,21 @@ def test_plan_and_peak_staging_match_the_device(device, compiler, tmp_path, mode
     assert [b.staging_nbytes for b in sim.batches] == report.bytes_per_submit
     assert sim.peak_staging_nbytes == report.peak_staging_nbytes
     assert sim.packing_dispatches == report.packing_dispatches
+
+
+def test_calibration_gives_sane_positive_parameters(device, tmp_path):
+    import math
+
+    from vkgraph.calibrate import calibrate, profile_toml
+
+    profile, raw = calibrate(device, size_mb=2)
+    values = [profile.copy_gbps, profile.fresh_copy_gbps, profile.source_read_gbps, profile.encode_node_s,
+              profile.dispatch_s, *profile.pack_gbps.values()]
+    assert all(math.isfinite(v) and v > 0 for v in values), raw
+    assert profile.submit_s >= 0 and profile.fence_latency_s >= 0
+    assert profile.encode_node_s < 0.1 and profile.copy_gbps < 1000  # seconds per node, GB/s: plausible magnitudes
+    path = tmp_path / "p.toml"
+    path.write_text(profile_toml(profile))
+    again = load_profile(path)  # the written profile loads and simulates
+    assert again.pack_gbps == pytest.approx(profile.pack_gbps, rel=1e-3)
+    assert simulate(model_nodes("synthetic:8"), GraphConfig(), again).load_s > 0

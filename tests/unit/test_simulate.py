@@ -65,7 +65,10 @@ def test_bad_profiles(tmp_path):
     p.write_text('[device]\nname = "x"\nhost_visible_device_local = true\n[cpu]\ncopy_gbps = 1\n')
     with pytest.raises(ConfigError, match="p.toml: .*missing"):
         load_profile(p)
-    text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text().replace("copy_gbps = 12.5", "copy_gbps = -1")
+    import re
+
+    text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
+    text = re.sub(r"(?m)^copy_gbps = .*$", "copy_gbps = -1", text)
     p.write_text(text)
     with pytest.raises(ConfigError, match="cpu.copy_gbps: must be > 0"):
         load_profile(p)

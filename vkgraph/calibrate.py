@@ -1,0 +1,202 @@
+"""Measure a simulator profile on the current device (``vkgraph simulate --calibrate``) and
+compare the simulator with measured loads (``vkgraph simulate --validate``)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from .config import GraphConfig
+from .graph.compute_graph import ComputeGraph
+from .runtime import Buffer, CommandPool, Device, Fence, MemoryKind
+from .simulate import Profile, load_profile, model_nodes, simulate
+
+
+def _median(f, repeat: int = 3) -> float:
+    return statistics.median(f() for _ in range(repeat))
+
+
+def _copy_gbps(dev: Device, nbytes: int, fresh: bool) -> float:
+    src = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
+    keep = Buffer(dev, nbytes, MemoryKind.UPLOAD)
+    keep.write(src)
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        if fresh:
+            with Buffer(dev, nbytes, MemoryKind.UPLOAD) as b:
+                b.write(src)
+                return time.perf_counter() - t0
+        keep.write(src)
+        return time.perf_counter() - t0
+
+    try:
+        return nbytes / _median(once) / 1e9
+    finally:
+        keep.destroy()
+
+
+def _source_read_gbps(nbytes: int) -> float:
+    """First read of a file through a fresh mapping (page faults; the file is in the page cache),
+    as loads read weights from safetensors/GGUF files."""
+    import mmap
+    import os
+    import tempfile
+
+    data = np.random.default_rng(2).integers(0, 255, nbytes, dtype=np.uint8)
+    dst = np.empty_like(data)
+    dst[:] = data  # touched destination: what is timed is reading the mapping
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(data.tobytes())
+        f.flush()
+
+        def once() -> float:
+            with open(f.name, "rb") as fh:
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                try:
+                    t0 = time.perf_counter()
+                    np.copyto(dst, np.frombuffer(mm, np.uint8))
+                    t = time.perf_counter() - t0
+                    t_copy = _time_copy(dst, data)
+                    return max(t - t_copy, 1e-9)
+                finally:
+                    del mm
+        os.sync()
+        return nbytes / _median(once) / 1e9
+
+
+def _time_copy(dst: np.ndarray, src: np.ndarray) -> float:
+    t0 = time.perf_counter()
+    np.copyto(dst, src)
+    return time.perf_counter() - t0
+
+
+def _round_trip(dev: Device) -> tuple[float, float]:
+    """(submit seconds, fence latency seconds) of an empty command buffer."""
+    with CommandPool(dev) as pool, Fence(dev) as fence:
+        (cmd,) = pool.allocate()
+        cmd.begin()
+        cmd.end()
+        submits, trips = [], []
+        for _ in range(100):
+            t0 = time.perf_counter()
+            dev.submit([cmd], fence)
+            t1 = time.perf_counter()
+            fence.wait()
+            trips.append(time.perf_counter() - t0)
+            submits.append(t1 - t0)
+            fence.reset()
+    s = statistics.median(submits)
+    return s, max(statistics.median(trips) - s, 0.0)
+
+
+def _pack(dev: Device, packer: str, arrays: list[np.ndarray], quant: str = "") -> tuple[float, float, int]:
+    """(CPU encode s, GPU s, packed bytes) of packing ``arrays`` in one legacy command buffer."""
+    with ComputeGraph(GraphConfig(), device=dev) as g:
+        refs = [g.prepack_tensor(g.add_tensorref(a, f"w{i}", quant=quant), packer) for i, a in enumerate(arrays)]
+        g.prepare()
+        g.encode_prepack()
+        r = g.prepack()
+        return r.cpu_encode_s, r.gpu_s, sum(g.values[x].nbytes for x in refs)
+
+
+def calibrate(device: Device, *, size_mb: int = 32) -> tuple[Profile, dict[str, Any]]:
+    """Micro-benchmarks on ``device``; returns the profile and the raw measurements."""
+    import gguf
+    from gguf.quants import quantize
+
+    nbytes = size_mb << 20
+    copy = _copy_gbps(device, nbytes, fresh=False)
+    fresh = _copy_gbps(device, nbytes, fresh=True)
+    source_read = _source_read_gbps(nbytes)
+    submit_s, fence_s = _round_trip(device)
+    tiny = [np.ones((4, 4), np.float32) for _ in range(200)]
+    enc, gpu_tiny, _ = min((_pack(device, "linear_4x4", tiny) for _ in range(3)), key=lambda t: t[0])
+    encode_node_s = max(enc / len(tiny), 1e-6)
+    dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
+    rng = np.random.default_rng(1)
+    rows = size_mb * 64  # [rows, 4096] fp32 = size_mb MiB
+    big = rng.standard_normal((rows, 4096), dtype=np.float32)
+    pack = {}
+    _, gpu, packed = _pack(device, "linear_4x4", [big])
+    pack["linear_4x4"] = packed / max(gpu - dispatch_s, 1e-9) / 1e9
+    for fmt, kind in (("q4_0", gguf.GGMLQuantizationType.Q4_0), ("q4_1", gguf.GGMLQuantizationType.Q4_1),
+                      ("q8_0", gguf.GGMLQuantizationType.Q8_0)):
+        raw = quantize(big[: rows // 2], kind)
+        _, gpu, packed = _pack(device, fmt, [raw], quant=fmt)
+        pack[fmt] = packed / max(gpu - dispatch_s, 1e-9) / 1e9
+    pack["default"] = pack["linear_4x4"]
+    pack["identity"] = copy
+    p = device.physical
+    profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
+                      copy, fresh, encode_node_s, submit_s, fence_s, dispatch_s, pack,
+                      source=f"vkgraph simulate --calibrate on {p.name} ({p.driver}), {datetime.date.today()}",
+                      source_read_gbps=source_read)
+    raw = {"copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
+           "fence_latency_s": fence_s,
+           "encode_node_s": encode_node_s, "dispatch_s": dispatch_s, "pack_gbps": pack}
+    return profile, raw
+
+
+def profile_toml(p: Profile) -> str:
+    pack = "\n".join(f"{k} = {v:.4g}" for k, v in sorted(p.pack_gbps.items()))
+    return f"""# Measured by `vkgraph simulate --calibrate`.
+source = "{p.source}"
+
+[device]
+name = "{p.name}"
+host_visible_device_local = {str(p.host_visible_device_local).lower()}
+staging_alignment = {p.staging_alignment}
+
+[cpu]
+copy_gbps = {p.copy_gbps:.4g}          # into already-touched memory
+fresh_copy_gbps = {p.fresh_copy_gbps:.4g}    # into freshly allocated pages
+source_read_gbps = {p.source_read_gbps:.4g}   # first read of weights through a file mapping
+encode_node_us = {p.encode_node_s * 1e6:.4g}
+submit_us = {p.submit_s * 1e6:.4g}
+
+[gpu]
+fence_latency_us = {p.fence_latency_s * 1e6:.4g}
+dispatch_us = {p.dispatch_s * 1e6:.4g}
+
+[gpu.pack_gbps]
+{pack}
+"""
+
+
+VALIDATE_MODELS = ("synthetic:256", "synthetic:1024", "smollm2")
+VALIDATE_MODES = ("legacy", "staged", "reduce-peak")
+
+
+def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repeat: int = 1,
+             config: str | None = None) -> list[dict[str, Any]]:
+    """Measured (fresh processes, median of ``repeat``) vs simulated load time and peak staging."""
+    from .bench import config_for
+
+    profile = load_profile(profile_name)
+    rows = []
+    for model in models:
+        nodes = model_nodes(model)
+        for mode in VALIDATE_MODES:
+            measured = []
+            for _ in range(repeat):
+                cmd = [sys.executable, "-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode, "--json"]
+                if config:
+                    cmd += ["--config", config]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                measured.append(json.loads(out.strip().splitlines()[-1]))
+            m_load = statistics.median(r["load_s"] for r in measured)
+            m_staging = measured[0]["peak_staging_nbytes"]
+            sim = simulate(nodes, config_for(mode, config), profile, mode)
+            rows.append({"model": model, "mode": mode, "measured_load_s": m_load, "simulated_load_s": sim.load_s,
+                         "load_error": sim.load_s / m_load - 1, "measured_peak_staging": m_staging,
+                         "simulated_peak_staging": sim.peak_staging_nbytes,
+                         "staging_error": (sim.peak_staging_nbytes / m_staging - 1) if m_staging else 0.0})
+    return rows
