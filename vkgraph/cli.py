@@ -159,6 +159,12 @@ def cmd_bench_load(args: argparse.Namespace) -> int:
 
     r = load_model(args.model, args.mode, args.config, trace=args.trace)
     out = bench_json(r, args.mode)
+    if args.plot:
+        from .plot import Span, plot_timeline
+
+        spans = [Span(s.index, s.cpu_start_s, s.cpu_end_s, s.gpu_start_s, s.gpu_end_s, s.staging_nbytes)
+                 for s in r.report.spans]
+        plot_timeline(spans, r.report.waits, f"{args.model}, {args.mode}: load {r.report.load_s:.3f} s", args.plot)
     if args.json:
         print(json.dumps(out))
     else:
@@ -243,6 +249,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     cfg = load_config(args.config or CONFIG_DIR / "default.toml")
     sim = simulate(model_nodes(args.model), cfg, profile, args.mode)
+    if args.plot:
+        from .plot import Span, plot_timeline
+
+        spans = [Span(b.index, b.cpu_start_s, b.cpu_end_s, b.gpu_start_s, b.gpu_end_s, b.staging_nbytes)
+                 for b in sim.batches]
+        plot_timeline(spans, [], f"{args.model} on {profile.name}, {sim.mode} (simulated): {sim.load_s:.3f} s",
+                      args.plot)
     if args.json:
         print(json.dumps({"model": args.model, "profile": profile.name, **sim.to_dict()}))
         return 0
@@ -303,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--config", help="TOML config (default configs/default.toml)")
     bl.add_argument("--trace", help="write a Chrome trace of the load to this file")
     bl.add_argument("--json", action="store_true")
+    bl.add_argument("--plot", help="write a PNG of the load's timeline and staging memory")
     bl.set_defaults(fn=cmd_bench_load)
 
     sim = sub.add_parser("simulate", help="predict a load (time, memory, submits) from a device profile")
@@ -312,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--config", help="TOML config (default configs/default.toml)")
     sim.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], help="default: from the config")
     sim.add_argument("--json", action="store_true")
+    sim.add_argument("--plot", help="write a PNG of the predicted timeline and staging memory")
     sim.add_argument("--calibrate", action="store_true", help="measure a profile on this device (see --out)")
     sim.add_argument("--out", help="with --calibrate: write the profile here (e.g. profiles/<device>.toml)")
     sim.add_argument("--device", help="with --calibrate: device-name substring or ICD json path")

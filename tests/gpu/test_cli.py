@@ -67,3 +67,11 @@ def test_bench_cache_modes_and_cache_commands(device, cache_dir, capsys):
     assert cli.main(["cache", "clear", str(path)]) == 0 and not path.exists()
     assert cli.main(["cache", "info", str(path)]) == 1
     assert "cannot open" in capsys.readouterr().err
+
+
+def test_bench_load_plot(device, cache_dir, tmp_path, capsys):
+    png = tmp_path / "load.png"
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert cli.main(["simulate", "--model", "synthetic:4", "--plot", str(tmp_path / "sim.png")]) == 0
+    assert (tmp_path / "sim.png").read_bytes()[:4] == b"\x89PNG"
