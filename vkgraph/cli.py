@@ -276,6 +276,47 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .bench import terminal_progress
+    from .runtime import Instance
+    from .tune import DEFAULT, GRID, Point, best_within, grid_points, pareto, tune, tuned_config
+
+    points = grid_points(GRID if not args.quick else {k: v[:1] if k != "reduce_peak_memory" else v
+                                                       for k, v in GRID.items()})
+    if not any(p.prepack == DEFAULT for p in points):
+        points.append(Point(dict(DEFAULT)))
+    measured = tune(args.model, args.repeat, points, None if args.json else terminal_progress("tune"))
+    default = next(p for p in measured if p.prepack == DEFAULT)
+    front = pareto(measured)
+    budget = args.max_peak_mb * (1 << 20) if args.max_peak_mb else None
+    best = best_within(measured, budget)
+    with Instance() as inst:
+        device = inst.physical_devices()[0].name
+    if best is not None and args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(tuned_config(best, args.model, device, default))
+    if args.json:
+        print(json.dumps({"points": [{**p.prepack, "load_s": p.load_s, "peak_nbytes": p.peak_nbytes} for p in measured],
+                          "pareto": [measured.index(p) for p in front],
+                          "best": measured.index(best) if best else None, "default": measured.index(default)}))
+        return 0 if best else 1
+    print(f"\n{args.model}: {len(measured)} configs, median of {args.repeat} fresh processes each\n")
+    print("| config | load_s | peak RSS delta | pareto |")
+    print("|---|---|---|---|")
+    for p in sorted(measured, key=lambda p: p.load_s):
+        tag = " (default)" if p is default else ""
+        print(f"| {p.label()}{tag} | {p.load_s:.3f} | {p.peak_nbytes / 2**20:.0f} MiB | {'*' if p in front else ''} |")
+    if best is None:
+        print(f"\nno config fits --max-peak-mb {args.max_peak_mb}")
+        return 1
+    gain = 1 - best.load_s / default.load_s
+    print(f"\nbest within budget: {best.label()}: {best.load_s:.3f} s ({gain:+.0%} vs default {default.load_s:.3f} s)")
+    print(f"default is {'on' if default in front else 'not on'} the Pareto front")
+    if args.out:
+        print(f"written to {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vkgraph", description=__doc__)
     p.add_argument("--version", action="version", version=f"vkgraph {__version__}")
@@ -318,6 +359,15 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--json", action="store_true")
     bl.add_argument("--plot", help="write a PNG of the load's timeline and staging memory")
     bl.set_defaults(fn=cmd_bench_load)
+
+    tn = sub.add_parser("tune", help="sweep prepack thresholds in fresh processes and write the best config")
+    tn.add_argument("--model", default="synthetic:256")
+    tn.add_argument("--max-peak-mb", type=int, help="memory budget for the chosen config (peak RSS delta)")
+    tn.add_argument("--repeat", type=int, default=1, help="loads per config (median), each in a fresh process")
+    tn.add_argument("--out", help="write the best config here (e.g. configs/tuned-<device>.toml)")
+    tn.add_argument("--quick", action="store_true", help="a small grid (reduce-peak on/off at the first values)")
+    tn.add_argument("--json", action="store_true")
+    tn.set_defaults(fn=cmd_tune)
 
     sim = sub.add_parser("simulate", help="predict a load (time, memory, submits) from a device profile")
     sim.add_argument("--profile", default="lavapipe", help="profile TOML or a name in profiles/ (default lavapipe)")
