@@ -3,6 +3,8 @@
 // out[n][co][oy][ox] = bias[co] + sum_{ci in co's group, ky, kx} x[n][ci][iy][ix] * W[co][ci][ky][kx]
 // with iy = oy*stride_y - pad_y + ky*dil_y (same for x). One invocation per output element.
 
+#extension GL_GOOGLE_include_directive : require
+
 layout(local_size_x_id = 0) in;
 
 layout(set = 0, binding = 0) writeonly buffer Out { float outv[]; };
@@ -12,12 +14,7 @@ layout(set = 0, binding = 2) readonly buffer W { vec4 w[]; };
 layout(set = 0, binding = 3) readonly buffer Bias { float bias[]; };
 #endif
 
-layout(push_constant) uniform Params {
-    uint N; uint Cin; uint H; uint Wd;
-    uint Cout; uint Ho; uint Wo; uint groups;
-    uint KH; uint KW; uint sy; uint sx;
-    uint py; uint px; uint dy; uint dx;
-};
+#include "conv2d_params.h"
 
 void main() {
     uint total = N * Cout * Ho * Wo;

@@ -13,12 +13,7 @@ layout(set = 0, binding = 2) readonly buffer W { vec4 w[]; };
 layout(set = 0, binding = 3) readonly buffer Bias { float bias[]; };
 #endif
 
-layout(push_constant) uniform Params {
-    uint N; uint Cin; uint H; uint Wd;
-    uint Cout; uint Ho; uint Wo; uint groups;
-    uint KH; uint KW; uint sy; uint sx;
-    uint py; uint px; uint dy; uint dx;
-};
+#include "conv2d_params.h"
 
 void main() {
     uint Co4 = (Cout + 3u) / 4u;
