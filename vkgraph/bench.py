@@ -46,7 +46,7 @@ class PeakRss:
         self.anon_delta = _status_kib("RssAnon") - self.anon_before
 
 
-def terminal_progress(label: str) -> Callable[[int, int], None] | None:
+def terminal_progress(label: str, unit: str = "nodes") -> Callable[[int, int], None] | None:
     """A one-line progress bar on stderr when it is a terminal."""
     if not sys.stderr.isatty():
         return None
@@ -54,7 +54,7 @@ def terminal_progress(label: str) -> Callable[[int, int], None] | None:
     def show(done: int, total: int) -> None:
         width = 30
         filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} nodes")
+        sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {unit}")
         if done == total:
             sys.stderr.write("\n")
         sys.stderr.flush()

@@ -157,8 +157,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_bench_load(args: argparse.Namespace) -> int:
     from .bench import bench_json, load_model
 
+    if args.loads < 1:
+        raise ValueError(f"--loads must be >= 1, not {args.loads}")
+    for i in range(args.loads - 1):  # earlier loads in this process: printed, not plotted or traced
+        r = load_model(args.model, args.mode, args.config)
+        line = {**bench_json(r, args.mode), "load_index": i}
+        print(json.dumps(line) if args.json else f"load {i}: {line['load_s']:.4f} s, output_ok {r.output_ok}")
+        if not r.output_ok:
+            return 1
     r = load_model(args.model, args.mode, args.config, trace=args.trace)
     out = bench_json(r, args.mode)
+    if args.loads > 1:
+        out["load_index"] = args.loads - 1
     if args.plot:
         from .plot import Span, plot_timeline
 
@@ -219,20 +229,26 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from .bench import terminal_progress
     from .calibrate import VALIDATE_MODELS, validate
 
     models = tuple(args.models.split(",")) if args.models else VALIDATE_MODELS
-    rows = validate(args.profile, models, args.repeat, args.config)
+    rows = validate(args.profile, models, args.repeat, args.config,
+                    None if args.json else terminal_progress("validate", "processes"), args.loads)
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"simulated ({args.profile}) vs measured (fresh processes, median of {args.repeat}):\n")
-    print("| model | mode | measured load_s | simulated load_s | error | measured peak staging | simulated | error |")
+    print(f"simulated ({args.profile}) vs measured ({args.repeat} fresh processes, interleaved; "
+          f"{args.loads} loads each):\n")
+    print("| model | mode | measured load_s, later loads: median (min..max) | simulated | error "
+          "| first load of a process: median (min..max) | peak staging measured / simulated | error |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['mode']} | {r['measured_load_s']:.3f} | {r['simulated_load_s']:.3f} | "
-              f"{r['load_error']:+.0%} | {r['measured_peak_staging'] / 2**20:.1f} MiB | "
-              f"{r['simulated_peak_staging'] / 2**20:.1f} MiB | {r['staging_error']:+.1%} |")
+        print(f"| {r['model']} | {r['mode']} | {r['measured_load_s']:.3f} ({r['measured_min_s']:.3f}.."
+              f"{r['measured_max_s']:.3f}) | {r['simulated_load_s']:.3f} | {r['load_error']:+.0%} | "
+              f"{r['fresh_load_s']:.3f} ({r['fresh_min_s']:.3f}..{r['fresh_max_s']:.3f}) | "
+              f"{r['measured_peak_staging'] / 2**20:.1f} / {r['simulated_peak_staging'] / 2**20:.1f} MiB | "
+              f"{r['staging_error']:+.1%} |")
     return 0
 
 
@@ -279,39 +295,70 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from .bench import terminal_progress
     from .runtime import Instance
-    from .tune import DEFAULT, GRID, Point, best_within, grid_points, pareto, tune, tuned_config
+    from .tune import DEFAULT, GRID, Point, best_within, confirm, grid_points, pareto, plot_tune, tune, tuned_config
 
     points = grid_points(GRID if not args.quick else {k: v[:1] if k != "reduce_peak_memory" else v
                                                        for k, v in GRID.items()})
     if not any(p.prepack == DEFAULT for p in points):
         points.append(Point(dict(DEFAULT)))
-    measured = tune(args.model, args.repeat, points, None if args.json else terminal_progress("tune"))
+    measured = tune(args.model, args.repeat, points, None if args.json else terminal_progress("tune", "loads"))
     default = next(p for p in measured if p.prepack == DEFAULT)
     front = pareto(measured)
     budget = args.max_peak_mb * (1 << 20) if args.max_peak_mb else None
-    best = best_within(measured, budget)
+    fits = sorted((p for p in measured if budget is None or p.peak_nbytes <= budget), key=lambda p: p.load_s)
+    if not fits:
+        print(f"no config fits --max-peak-mb {args.max_peak_mb}", file=sys.stderr)
+        return 1
+    chosen, conf, note = best_within(measured, budget), None, "Chosen from the sweep alone (--confirm 0)."
+    if args.confirm > 0:
+        finalists = [p for p in fits if p.prepack != DEFAULT][: args.finalists]
+        conf = confirm(args.model, finalists, DEFAULT, args.confirm, None if args.json else terminal_progress("confirm", "loads"))
+        default_fits = budget is None or conf.default.peak_nbytes <= budget
+        if default_fits:
+            chosen = conf.winner
+            note = ("Faster than the default beyond the noise in interleaved confirmation rounds." if conf.significant
+                    else "No swept config beat configs/default.toml beyond the measurement noise: these are its values.")
+        else:
+            chosen = min(conf.points[:-1], key=lambda p: p.load_s)
+            note = "configs/default.toml does not fit the memory budget; fastest confirmed finalist."
     with Instance() as inst:
         device = inst.physical_devices()[0].name
-    if best is not None and args.out:
+    if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(tuned_config(best, args.model, device, default))
+        Path(args.out).write_text(tuned_config(chosen, args.model, device, conf.default if conf else default, note))
+    if args.plot:
+        plot_tune(measured, front, default, next((p for p in measured if p.prepack == chosen.prepack), None),
+                  f"vkgraph tune {args.model} on {device}", args.plot)
+
+    def row(p: Point) -> dict:
+        return {**p.prepack, "load_s": p.load_s, "min_s": p.spread_s[0], "max_s": p.spread_s[1],
+                "runs": p.runs, "peak_nbytes": p.peak_nbytes}
+
     if args.json:
-        print(json.dumps({"points": [{**p.prepack, "load_s": p.load_s, "peak_nbytes": p.peak_nbytes} for p in measured],
-                          "pareto": [measured.index(p) for p in front],
-                          "best": measured.index(best) if best else None, "default": measured.index(default)}))
-        return 0 if best else 1
-    print(f"\n{args.model}: {len(measured)} configs, median of {args.repeat} fresh processes each\n")
-    print("| config | load_s | peak RSS delta | pareto |")
-    print("|---|---|---|---|")
+        print(json.dumps({"points": [row(p) for p in measured], "pareto": [measured.index(p) for p in front],
+                          "best": next(i for i, p in enumerate(measured) if p.prepack == chosen.prepack),
+                          "default": measured.index(default), "chosen": row(chosen),
+                          "chosen_is_default": chosen.prepack == DEFAULT,
+                          "confirmation": [row(p) for p in conf.points] if conf else []}))
+        return 0
+    print(f"\n{args.model}: {len(measured)} configs, {args.repeat} fresh process(es) each\n")
+    print("| config | load_s median | min..max | peak RSS delta | pareto |")
+    print("|---|---|---|---|---|")
     for p in sorted(measured, key=lambda p: p.load_s):
         tag = " (default)" if p is default else ""
-        print(f"| {p.label()}{tag} | {p.load_s:.3f} | {p.peak_nbytes / 2**20:.0f} MiB | {'*' if p in front else ''} |")
-    if best is None:
-        print(f"\nno config fits --max-peak-mb {args.max_peak_mb}")
-        return 1
-    gain = 1 - best.load_s / default.load_s
-    print(f"\nbest within budget: {best.label()}: {best.load_s:.3f} s ({gain:+.0%} vs default {default.load_s:.3f} s)")
-    print(f"default is {'on' if default in front else 'not on'} the Pareto front")
+        lo, hi = p.spread_s
+        print(f"| {p.label()}{tag} | {p.load_s:.3f} | {lo:.3f}..{hi:.3f} | {p.peak_nbytes / 2**20:.0f} MiB | "
+              f"{'*' if p in front else ''} |")
+    print(f"\ndefault is {'on' if default in front else 'not on'} the Pareto front of the sweep")
+    if conf:
+        print(f"\nconfirmation: {args.confirm} interleaved rounds\n")
+        print("| config | load_s median | min..max | vs default |")
+        print("|---|---|---|---|")
+        for p in conf.points:
+            lo, hi = p.spread_s
+            tag = " (default)" if p is conf.default else ""
+            print(f"| {p.label()}{tag} | {p.load_s:.3f} | {lo:.3f}..{hi:.3f} | {p.load_s / conf.default.load_s - 1:+.0%} |")
+    print(f"\nchosen: {chosen.label()}: {chosen.load_s:.3f} s. {note}")
     if args.out:
         print(f"written to {args.out}")
     return 0
@@ -358,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--trace", help="write a Chrome trace of the load to this file")
     bl.add_argument("--json", action="store_true")
     bl.add_argument("--plot", help="write a PNG of the load's timeline and staging memory")
+    bl.add_argument("--loads", type=int, default=1,
+                    help="load N times in this process (one report each; the first pays the fresh process's page faults)")
     bl.set_defaults(fn=cmd_bench_load)
 
     tn = sub.add_parser("tune", help="sweep prepack thresholds in fresh processes and write the best config")
@@ -366,6 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
     tn.add_argument("--repeat", type=int, default=1, help="loads per config (median), each in a fresh process")
     tn.add_argument("--out", help="write the best config here (e.g. configs/tuned-<device>.toml)")
     tn.add_argument("--quick", action="store_true", help="a small grid (reduce-peak on/off at the first values)")
+    tn.add_argument("--confirm", type=int, default=5,
+                    help="interleaved rounds re-measuring the finalists and the default (0: trust the sweep)")
+    tn.add_argument("--finalists", type=int, default=3, help="fastest configs within budget to confirm")
+    tn.add_argument("--plot", help="write a PNG of load time vs peak memory with the Pareto front")
     tn.add_argument("--json", action="store_true")
     tn.set_defaults(fn=cmd_tune)
 
@@ -383,7 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--validate", action="store_true",
                      help="compare the simulator with measured loads (legacy, staged, reduce-peak)")
     sim.add_argument("--models", help="with --validate: comma-separated (default synthetic:256,synthetic:1024,smollm2)")
-    sim.add_argument("--repeat", type=int, default=1, help="with --validate: measured loads per point (median)")
+    sim.add_argument("--repeat", type=int, default=1, help="with --validate: fresh processes per point")
+    sim.add_argument("--loads", type=int, default=3,
+                     help="with --validate: loads per process; the error is against loads after the first")
     sim.set_defaults(fn=cmd_simulate)
 
     cache = sub.add_parser("cache", help="inspect, verify or clear a packed-weight cache file")

@@ -35,7 +35,8 @@ def staging_in_use(spans: Sequence[Span]) -> list[tuple[float, int]]:
     return out
 
 
-def plot_timeline(spans: Sequence[Span], waits: Sequence[tuple[float, float]], title: str, path: str | Path) -> None:
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or a clear error when it is missing."""
     try:
         import matplotlib
 
@@ -43,6 +44,11 @@ def plot_timeline(spans: Sequence[Span], waits: Sequence[tuple[float, float]], t
         import matplotlib.pyplot as plt
     except ImportError:
         raise VkGraphError("--plot needs matplotlib: pip install 'vkgraph[plot]'") from None
+    return plt
+
+
+def plot_timeline(spans: Sequence[Span], waits: Sequence[tuple[float, float]], title: str, path: str | Path) -> None:
+    plt = pyplot()
     fig, (ax, mem) = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     for s in spans:
         ax.broken_barh([(s.cpu_start_s, s.cpu_end_s - s.cpu_start_s)], (1.6, 0.8), color="tab:blue", alpha=0.8)

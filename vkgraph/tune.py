@@ -1,5 +1,10 @@
 """``vkgraph tune``: sweep prepack thresholds, staging ring and reduce-peak mode, each point
-loaded in fresh processes (median of K), and write the fastest config that fits a memory budget."""
+loaded in fresh processes (median of K), and write the fastest config that fits a memory budget.
+
+Load times on a shared machine are noisy (see README), so a sweep's winner is not trusted on its
+own: the finalists and the default are measured again, interleaved round by round so that drift
+hits all of them alike, and a config replaces the default only when it is faster beyond the
+spread of both (its slowest confirmation run beats the default's fastest)."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -34,9 +39,18 @@ DEFAULT = {"threshold_nbytes": 10 * MiB, "initial_threshold_nbytes": 10 * MiB, "
 @dataclass
 class Point:
     prepack: dict[str, Any]
-    load_s: float = 0.0
+    load_s: float = 0.0  # median
     peak_nbytes: int = 0  # peak RSS delta of the load: what a device's memory must hold
-    runs: int = 0
+    times: list[float] = field(default_factory=list)  # every measured load time
+    peaks: list[int] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return len(self.times)
+
+    @property
+    def spread_s(self) -> tuple[float, float]:
+        return (min(self.times), max(self.times)) if self.times else (self.load_s, self.load_s)
 
     def label(self) -> str:
         p = self.prepack
@@ -57,23 +71,33 @@ def config_text(prepack: dict[str, Any], comments: Iterable[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measure(model: str, point: Point, repeat: int) -> Point:
+def load_once(model: str, prepack: dict[str, Any]) -> dict[str, Any]:
+    """One load of ``model`` with these prepack settings in a fresh process (``bench load --json``)."""
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
-        f.write(config_text(point.prepack))
+        f.write(config_text(prepack))
         path = f.name
     try:
-        results = []
-        for _ in range(repeat):
-            mode = "reduce-peak" if point.prepack["reduce_peak_memory"] else "staged"
-            cmd = [sys.executable, "-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode,
-                   "--config", path, "--json"]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        mode = "reduce-peak" if prepack["reduce_peak_memory"] else "staged"
+        cmd = [sys.executable, "-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode,
+               "--config", path, "--json"]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if out.returncode:
+            raise RuntimeError(f"bench load failed for {prepack}: {out.stderr.strip()[-2000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         Path(path).unlink(missing_ok=True)
-    point.load_s = statistics.median(r["load_s"] for r in results)
-    point.peak_nbytes = int(statistics.median(r["peak_rss_delta_nbytes"] for r in results))
-    point.runs = repeat
+
+
+def record(point: Point, result: dict[str, Any]) -> None:
+    point.times.append(result["load_s"])
+    point.peaks.append(result["peak_rss_delta_nbytes"])
+    point.load_s = statistics.median(point.times)
+    point.peak_nbytes = int(statistics.median(point.peaks))
+
+
+def measure(model: str, point: Point, repeat: int) -> Point:
+    for _ in range(repeat):
+        record(point, load_once(model, point.prepack))
     return point
 
 
@@ -99,12 +123,79 @@ def tune(model: str, repeat: int, points: list[Point], progress: Callable[[int, 
     return out
 
 
-def tuned_config(best: Point, model: str, device: str, default: Point | None) -> str:
+@dataclass
+class Confirmation:
+    """Finalists and the default re-measured in interleaved rounds."""
+
+    points: list[Point]  # finalists (fresh Point objects: only confirmation runs), default last
+    default: Point
+    winner: Point  # the default when nothing beats it beyond the noise
+
+    @property
+    def significant(self) -> bool:
+        return self.winner is not self.default
+
+
+def beats(p: Point, default: Point) -> bool:
+    """``p`` is faster than ``default`` beyond the noise: every one of its runs beats every run of
+    the default (with 5 rounds each, a chance of 1 in 252 when both are equally fast)."""
+    return bool(p.times and default.times) and p.spread_s[1] < default.spread_s[0]
+
+
+def confirm(model: str, finalists: list[Point], default_prepack: dict[str, Any], rounds: int,
+            progress: Callable[[int, int], None] | None = None) -> Confirmation:
+    """Measure ``finalists`` and the default again, ``rounds`` times each, one of each per round
+    in turn; the winner is the fastest finalist that :func:`beats` the default, else the default."""
+    points = [Point(dict(f.prepack)) for f in finalists if f.prepack != default_prepack] + [Point(dict(default_prepack))]
+    default = points[-1]
+    total, done = rounds * len(points), 0
+    for _ in range(rounds):
+        for p in points:
+            record(p, load_once(model, p.prepack))
+            done += 1
+            if progress:
+                progress(done, total)
+    better = [p for p in points[:-1] if beats(p, default)]
+    winner = min(better, key=lambda p: p.load_s) if better else default
+    return Confirmation(points, default, winner)
+
+
+def tuned_config(best: Point, model: str, device: str, default: Point | None, note: str = "") -> str:
+    lo, hi = best.spread_s
     comments = [
         f"Tuned by `vkgraph tune --model {model}` on {datetime.date.today()}, device {device}.",
-        f"Measured: load {best.load_s:.3f} s, peak RSS delta {best.peak_nbytes / MiB:.0f} MiB (median of {best.runs}).",
+        (f"Measured: load {best.load_s:.3f} s (min {lo:.3f}, max {hi:.3f}, {best.runs} fresh processes), "
+         f"peak RSS delta {best.peak_nbytes / MiB:.0f} MiB."),
     ]
-    if default is not None:
-        comments.append(f"configs/default.toml measured in the same run: load {default.load_s:.3f} s, "
-                         f"peak {default.peak_nbytes / MiB:.0f} MiB.")
+    if default is not None and default is not best:
+        dlo, dhi = default.spread_s
+        comments.append(f"configs/default.toml measured in the same rounds: load {default.load_s:.3f} s "
+                        f"(min {dlo:.3f}, max {dhi:.3f}), peak {default.peak_nbytes / MiB:.0f} MiB.")
+    if note:
+        comments.append(note)
     return config_text(best.prepack, comments)
+
+
+def plot_tune(points: list[Point], front: list[Point], default: Point, best: Point | None, title: str,
+              path: str | Path) -> None:
+    """Load time (median, min..max bars) against peak memory, the Pareto front joined."""
+    from .plot import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for p in points:
+        lo, hi = p.spread_s
+        ax.errorbar(p.peak_nbytes / MiB, p.load_s, yerr=[[p.load_s - lo], [hi - p.load_s]], fmt="o",
+                    color="tab:orange" if p in front else "tab:gray", ms=5, capsize=2, alpha=0.8)
+    fr = sorted(front, key=lambda p: p.peak_nbytes)
+    ax.plot([p.peak_nbytes / MiB for p in fr], [p.load_s for p in fr], "-", color="tab:orange", label="Pareto front")
+    ax.plot(default.peak_nbytes / MiB, default.load_s, "s", color="tab:blue", ms=9, mfc="none", label="default")
+    if best is not None:
+        ax.plot(best.peak_nbytes / MiB, best.load_s, "*", color="tab:red", ms=13, label="chosen")
+    ax.set_xlabel("peak RSS delta (MiB)")
+    ax.set_ylabel("load time (s), median; bars min..max")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -4,7 +4,7 @@ import pytest
 
 from vkgraph import cli
 from vkgraph.config import load_config
-from vkgraph.tune import Point, best_within, pareto
+from vkgraph.tune import DEFAULT, Point, beats, best_within, pareto
 
 
 def test_pareto_and_budget():
@@ -14,13 +14,25 @@ def test_pareto_and_budget():
     assert best_within(pts, 60).prepack["a"] == 1 and best_within(pts, 10) is None
 
 
+def test_beats_needs_a_margin_beyond_the_noise():
+    default = Point(dict(DEFAULT), load_s=1.0, times=[0.9, 1.0, 1.1])
+    assert beats(Point({}, load_s=0.7, times=[0.6, 0.7, 0.8]), default)
+    assert not beats(Point({}, load_s=0.7, times=[0.6, 0.7, 0.95]), default)  # one run inside default's spread
+    assert not beats(Point({}, load_s=0.7), default)  # never measured
+
+
 @pytest.mark.slow
 def test_tune_tiny_model_writes_a_valid_config(device, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VKGRAPH_CACHE_DIR", str(tmp_path / "cache"))
-    out = tmp_path / "tuned.toml"
-    assert cli.main(["tune", "--model", "synthetic:4", "--quick", "--out", str(out), "--json"]) == 0
+    out, png = tmp_path / "tuned.toml", tmp_path / "tune.png"
+    assert cli.main(["tune", "--model", "synthetic:4", "--quick", "--confirm", "2", "--out", str(out),
+                     "--plot", str(png), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     best = result["points"][result["best"]]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    conf = result["confirmation"]
+    assert conf[-1]["threshold_nbytes"] == DEFAULT["threshold_nbytes"] and all(c["runs"] == 2 for c in conf)
+    assert result["chosen_is_default"] == (result["chosen"]["load_s"] == conf[-1]["load_s"])
     cfg = load_config(out, env={})
     assert cfg.prepack.threshold_nbytes == best["threshold_nbytes"]
     assert cfg.prepack.reduce_peak_memory == best["reduce_peak_memory"]
