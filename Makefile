@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test deps install clean
+.PHONY: demo test test-validation fuzz soak deps install clean
 
 demo: install
 	$(BIN)/vkgraph info
@@ -16,6 +16,20 @@ demo: install
 # a failure here, not a skip.
 test: install
 	VKGRAPH_REQUIRE_DEVICE=1 VKGRAPH_REQUIRE_MODELS=1 $(BIN)/python -m pytest
+
+# The GPU suite again with the validation layer's synchronization validation on (best-practices
+# checks off); any message fails the test that caused it.
+test-validation: install
+	VKGRAPH_SYNC_VALIDATION=1 VKGRAPH_REQUIRE_DEVICE=1 VKGRAPH_REQUIRE_MODELS=1 $(BIN)/python -m pytest tests/gpu
+
+# Long forms of the short runs in `make test`: 10,000 inputs per file reader, 100 soak cycles,
+# 40 SIGKILL points while writing the packed-weight cache.
+fuzz: install
+	VKGRAPH_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider --hypothesis-show-statistics
+
+soak: install
+	VKGRAPH_SOAK_CYCLES=100 VKGRAPH_KILL_POINTS=40 VKGRAPH_REQUIRE_DEVICE=1 $(BIN)/python -m pytest -s \
+		tests/gpu/test_soak.py tests/gpu/test_crash_safety.py
 
 deps:
 	@scripts/install-system-deps.sh $(PYTHON)

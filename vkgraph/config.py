@@ -65,6 +65,8 @@ class GraphOptions:
 class DeviceConfig:
     prefer: str = _key(TEXT, "")  # device-name substring or ICD json path; "" = first device
     validation: bool = _key(BOOL, False)
+    max_memory_nbytes: int = _key(NBYTES, 0)  # refuse allocations beyond this budget; 0 = no budget
+    fence_timeout_ms: int = _key(COUNT, 0)  # longest wait for the GPU before FenceTimeoutError
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,7 @@ DEFAULTS: dict[str, int] = {
     "execute.threshold_node_count": 128,  # ET-VK's value
     "execute.initial_threshold_node_count": 64,  # ET-VK's value
     "execute.max_cmds": 0,  # no limit
+    "device.fence_timeout_ms": 300_000,
 }
 
 ENV_ALIASES = {"VKGRAPH_DEVICE": "device.prefer", "VKGRAPH_VALIDATION": "device.validation"}

@@ -21,6 +21,7 @@ __all__ = [
     "ConfigError",
     "PrepackMismatchError",
     "CacheFormatError",
+    "MissingTensorError",
 ]
 
 
@@ -94,6 +95,13 @@ class ConfigError(VkGraphError, ValueError):
 
 class PrepackMismatchError(VkGraphError, ValueError):
     """A prepack node's source and destination disagree (dims, element size, byte count)."""
+
+
+class MissingTensorError(VkGraphError, KeyError):
+    """A weights file has no tensor of the name a model needs; names the file and the tensor."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class CacheFormatError(VkGraphError):

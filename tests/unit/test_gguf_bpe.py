@@ -2,6 +2,7 @@ import struct
 
 import pytest
 
+from vkgraph.errors import MissingTensorError
 from vkgraph.models.bpe import BPETokenizer, TokenizerError, render_chat
 from vkgraph.models.gguf_file import GGUFError, GGUFFile
 
@@ -33,7 +34,7 @@ def test_reader_facts(smollm2):
     emb = smollm2.tensor("token_embd.weight")
     assert emb.shape == (49152, 576) and emb.quant == "q8_0" and emb.data.shape == (49152, 612)
     assert smollm2.array("blk.0.attn_k.weight").shape == (192, 576)
-    with pytest.raises(GGUFError, match="no tensor named 'nope'"):
+    with pytest.raises(MissingTensorError, match="no tensor named 'nope'"):
         smollm2.tensor("nope")
 
 

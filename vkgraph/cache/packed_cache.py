@@ -82,6 +82,10 @@ def save(path: Path, identity: dict, new: dict[str, tuple[str, np.ndarray | memo
     already in it (possibly added by another process since this one opened it). Returns the
     new file size."""
     with locked(path):
+        # Writers hold the lock while their temporary file exists: any left now belongs to a
+        # process that died mid-write (SIGKILL, power loss). Its data never replaced the file.
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
         current = open_cache(path, identity)
         try:
             regions: dict[str, tuple[str, np.ndarray | memoryview]] = {}

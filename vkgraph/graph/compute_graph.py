@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..config import GraphConfig, load_config
-from ..errors import UnsupportedFeatureError, VkGraphError
+from ..errors import DeviceLostError, FenceTimeoutError, OutOfDeviceMemoryError, UnsupportedFeatureError, VkGraphError
 from ..runtime import (
     Buffer,
     ImportedBuffer,
@@ -78,7 +78,13 @@ class ComputeGraph:
     ):
         self.config = config if config is not None else load_config()
         self._owns_device = device is None
-        self.device = device or Device(self.config.device.prefer or None, validation=self.config.device.validation)
+        budget = self.config.device.max_memory_nbytes
+        self.device = device or Device(self.config.device.prefer or None, validation=self.config.device.validation,
+                                       max_memory_nbytes=budget)
+        # A shared device takes this graph's budget while the graph lives.
+        self._saved_budget = None
+        if device is not None and budget:
+            self._saved_budget, device.max_memory_nbytes = device.max_memory_nbytes, budget
         self.compiler = compiler or SpirvCompiler(self.config.cache.shader_cache_dir or None)
         self.values: list[Any] = []
         self.names: dict[str, ValueRef] = {}
@@ -91,7 +97,11 @@ class ComputeGraph:
         self._execute: tuple[CommandPool, DescriptorPool, list[CommandBuffer], Fence] | None = None
         self._clock_offset_ns: float | None = None
         self.prepacked = False
-        self.failed: str | None = None  # why an earlier prepack failed; the graph is unusable
+        self.failed: str | None = None  # why an earlier prepack or execute failed; the graph is unusable
+        #: Longest wait for one fence; past it FenceTimeoutError, and the graph is unusable.
+        self.fence_timeout_s = self.config.effective("device.fence_timeout_ms") / 1000
+        self._held: list[TensorRef] | None = None  # released sources kept for a possible retry
+        self._parked: list[_PrepackRun] = []  # runs the GPU may still use (after a timeout): freed in destroy()
         self.load_report: LoadReport | None = None
         self._legacy_run: _PrepackRun | None = None
         self._cache_file = None  # the open packed-weight cache (its pages may back device memory)
@@ -300,21 +310,30 @@ class ComputeGraph:
 
     # --- prepack ------------------------------------------------------------------------------
 
-    def _check_not_prepacked(self) -> None:
+    def _check_usable(self) -> None:
         if self.failed:
-            raise VkGraphError(f"the graph is unusable: an earlier prepack failed ({self.failed})")
+            raise VkGraphError(f"the graph is unusable: {self.failed}")
+
+    def _check_not_prepacked(self) -> None:
+        self._check_usable()
         if self.prepacked or self._legacy_run is not None:
             raise VkGraphError("the graph is already prepacked")
 
     def _abandon(self, run: _PrepackRun | None, exc: BaseException) -> None:
-        """After a failed prepack: free the run and every weight packed so far."""
-        self.failed = f"{type(exc).__name__}: {exc}"
+        """After a failed prepack: free the run and every weight packed so far. After a fence
+        timeout or a lost device the GPU may still be using them: they are kept until destroy()."""
+        self.failed = f"an earlier prepack failed ({type(exc).__name__}: {exc})"
+        if isinstance(exc, (FenceTimeoutError, DeviceLostError)):
+            if run is not None:
+                self._parked.append(run)
+            return
         if run is not None:
             run.close()
         for v in self.values:
             if isinstance(v, Tensor) and v.constant and v.resource is not None:
                 v.resource.destroy()
                 v.buffer = v.image = None
+        self._resources = [r for r in self._resources if r.alive]
 
     def encode_prepack(self) -> None:
         """Legacy path, step 1: encode every prepack node into one command buffer (not submitted)."""
@@ -348,10 +367,43 @@ class ComputeGraph:
 
     def run_prepack(self, progress: ProgressFn | None = None) -> LoadReport:
         """Staged prepack (DESIGN.md §4): command buffers cut by the scheduler, submitted without
-        waiting while the CPU stages the next batch; reduce-peak mode waits at every cut."""
+        waiting while the CPU stages the next batch; reduce-peak mode waits at every cut.
+
+        With ``prepack.reduce_peak_memory = "auto"``, a staged load that runs out of device memory
+        (a real allocation failure or ``device.max_memory_nbytes``) frees what it packed and runs
+        again in reduce-peak mode, whose peak is the weights plus one batch of staging."""
         self._check_not_prepacked()
         self.prepare()
         mode = "reduce-peak" if reduce_peak_memory(self.config, self.total_constant_nbytes) else "staged"
+        may_retry = mode == "staged" and self.config.prepack.reduce_peak_memory == "auto"
+        self._held = [] if may_retry else None  # sources a retry would read again
+        try:
+            report = self._run_prepack(mode, progress)
+        except OutOfDeviceMemoryError as exc:
+            if not may_retry:
+                raise
+            reason = str(exc)
+            self._held = None  # still readable; the retry releases them after their last reader
+        finally:
+            held, self._held = self._held or [], None
+            for src in held:
+                src.source.release()
+        if self.prepacked:
+            return report
+        self.failed = None  # _abandon freed everything the staged attempt made
+        if self._cache_file is not None:
+            self._cache_file.close()
+            self._cache_file = None
+        for v in self.values:
+            if isinstance(v, TensorRef):
+                v.readers = 0
+        for node in self.prepack_nodes:
+            self.values[node.src].readers += 1
+        report = self._run_prepack("reduce-peak", progress)
+        report.retried_after = reason
+        return report
+
+    def _run_prepack(self, mode: str, progress: ProgressFn | None) -> LoadReport:
         run = None
         t0 = time.perf_counter()  # the cache lookup is part of the load
         try:
@@ -428,11 +480,18 @@ class ComputeGraph:
             dst.buffer = self._upload(np.frombuffer(f.region(entry), np.uint8), dst.nbytes, dst.name)
             path = "copy"
         self._resources.append(dst.buffer)
-        src = self.values[node.src]
+        self._read_done(self.values[node.src])
+        return path
+
+    def _read_done(self, src: TensorRef) -> None:
+        """A prepack node has read ``src``: after its last reader the source is released (file
+        pages dropped), unless a retry may need to read it again and could not."""
         src.readers -= 1
         if src.readers == 0:
-            src.source.release()
-        return path
+            if self._held is not None and not getattr(src.source, "rereadable", False):
+                self._held.append(src)
+            else:
+                src.source.release()
 
     def _upload(self, data: np.ndarray, nbytes: int, name: str) -> Buffer:
         buf = Buffer(self.device, nbytes, MemoryKind.DEVICE, name=name)
@@ -448,7 +507,7 @@ class ComputeGraph:
             cmd.compute_barrier()
             cmd.end()
             self.device.submit([cmd], fence)
-            fence.wait()
+            fence.wait(self.fence_timeout_s)
         return buf
 
     def _cache_save(self, run: _PrepackRun) -> None:
@@ -480,7 +539,7 @@ class ComputeGraph:
                 cmd.end()
                 t0 = time.perf_counter_ns()
                 self.device.submit([cmd], fence)
-                fence.wait()
+                fence.wait(self.fence_timeout_s)
                 t1 = time.perf_counter_ns()
                 (dev_ns,) = qp.results_ns()
             self._clock_offset_ns = (t0 + t1) / 2 - dev_ns
@@ -491,6 +550,7 @@ class ComputeGraph:
     def encode_execute(self) -> None:
         """Bind memory for every non-constant tensor and IO staging, and record the execute
         command buffers once (split by the execute thresholds)."""
+        self._check_usable()
         if not self.prepacked:
             raise VkGraphError("prepack the graph (run_prepack() or prepack()) before encoding execute")
         if self._execute is not None:
@@ -552,6 +612,7 @@ class ComputeGraph:
 
     def execute(self, inputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Run the recorded command buffers on ``inputs``; returns every output by name."""
+        self._check_usable()
         self.encode_execute()
         inputs = dict(inputs or {})
         missing = set(self.inputs) - set(inputs)
@@ -560,9 +621,14 @@ class ComputeGraph:
         for name, array in inputs.items():
             self.copy_into_staging(name, array)
         _pool, _dpool, cmds, fence = self._execute
-        fence.reset()
-        self.device.submit(cmds, fence)
-        fence.wait()
+        try:
+            fence.reset()
+            self.device.submit(cmds, fence)
+            fence.wait(self.fence_timeout_s)
+        except (FenceTimeoutError, DeviceLostError) as exc:
+            # The command buffers may still be running (or the device is gone): never reuse them.
+            self.failed = f"an earlier execute failed ({type(exc).__name__}: {exc})"
+            raise
         return {name: self.copy_from_staging(name) for name in self.outputs}
 
     @property
@@ -588,7 +654,7 @@ class ComputeGraph:
             cmd.host_read_barrier()
             cmd.end()
             self.device.submit([cmd], fence)
-            fence.wait()
+            fence.wait(self.fence_timeout_s)
             return rb.read(np.uint8, t.nbytes)
 
     # --- teardown -----------------------------------------------------------------------------
@@ -596,7 +662,13 @@ class ComputeGraph:
     def destroy(self) -> None:
         """Free everything the graph made (and its device, if it opened one). Idempotent."""
         if self.device.alive:
-            self.device.wait_idle()
+            try:
+                self.device.wait_idle()
+            except DeviceLostError:
+                pass  # nothing runs on a lost device any more: free everything
+        for run in self._parked:
+            run.close(wait=False)
+        self._parked.clear()
         if self._legacy_run is not None:
             self._legacy_run.close()
             self._legacy_run = None
@@ -629,6 +701,8 @@ class ComputeGraph:
             self._cache_file = None
         if self._owns_device:
             self.device.destroy()
+        elif self._saved_budget is not None:
+            self.device.max_memory_nbytes, self._saved_budget = self._saved_budget, None
 
     def __enter__(self) -> ComputeGraph:
         return self
@@ -670,7 +744,7 @@ class _PrepackRun:
         self.done = 0
         self.ring = self.pool = self.dpool = self.queries = None
         try:
-            self.ring = StagingRing(dev, capacity, align) if total else None
+            self.ring = StagingRing(dev, capacity, align, graph.fence_timeout_s) if total else None
             self.pool = CommandPool(dev, transient=True)
             sets = sum(len(n.windows(graph)) for n in nodes if n.packer.shader is not None and not n.direct)
             self.dpool = DescriptorPool(dev, max(1, sets), {DescriptorType.STORAGE_BUFFER: max(2, 2 * sets)})
@@ -735,7 +809,7 @@ class _PrepackRun:
     def _wait_fence(self, fence: Fence) -> None:
         if not fence.is_signaled():
             w0 = time.perf_counter()
-            fence.wait()
+            fence.wait(self.graph.fence_timeout_s)
             self.report.waits.append((w0 - self.t0, time.perf_counter() - self.t0))
 
     def wait(self, b: int) -> None:
@@ -763,13 +837,14 @@ class _PrepackRun:
         self.close()
         return r
 
-    def close(self) -> None:
-        """Free the run's objects (waiting for its work first). Safe after a failure."""
+    def close(self, wait: bool = True) -> None:
+        """Free the run's objects, waiting for its work first (``wait=False``: the caller already
+        waited for the device). Safe after a failure."""
         dev = self.graph.device
-        if dev.alive:
+        if wait and dev.alive:
             dev.wait_idle()
         if self.ring is not None:  # before the fences it checks
-            self.ring.destroy()
+            self.ring.destroy(wait)
             self.ring = None
         for obj in (*self.fences, self.queries, self.dpool, self.pool):
             if obj is not None:

@@ -92,9 +92,7 @@ class PrepackNode:
                     cmd.dispatch(dispatch_groups(work, PACK_LOCAL_SIZE, graph.max_groups_x))
                     dispatches += 1
         del data
-        src.readers -= 1
-        if src.readers == 0:
-            src.source.release()
+        graph._read_done(src)
         return dispatches
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime import Buffer, BufferUsage, Device, Fence, MemoryKind
+from ..runtime.sync import DEFAULT_TIMEOUT_S
 
 
 def align_up(n: int, a: int) -> int:
@@ -50,8 +51,9 @@ STAGING_USAGE = BufferUsage.STORAGE | BufferUsage.TRANSFER_SRC
 class StagingRing:
     """``capacity`` bytes of host-visible staging, reused as batches complete."""
 
-    def __init__(self, device: Device, capacity: int, alignment: int):
+    def __init__(self, device: Device, capacity: int, alignment: int, timeout_s: float = DEFAULT_TIMEOUT_S):
         self.device = device
+        self.timeout_s = timeout_s
         self.alignment = alignment
         self.capacity = align_up(max(capacity, alignment), alignment)
         self.buffer = Buffer(device, self.capacity, MemoryKind.UPLOAD, STAGING_USAGE, name="staging ring")
@@ -96,7 +98,7 @@ class StagingRing:
     def _wait(self, fence: Fence) -> None:
         if not fence.is_signaled():
             t0 = time.perf_counter()
-            fence.wait()
+            fence.wait(self.timeout_s)
             self.waits.append((t0, time.perf_counter()))
 
     def _retire_oldest(self) -> None:
@@ -115,11 +117,12 @@ class StagingRing:
                 keep.append((buf, fence))
         self._own = keep
 
-    def destroy(self) -> None:
-        for _buf, fence in self._own:
+    def destroy(self, wait: bool = True) -> None:
+        """Free the staging (``wait=False``: the caller already waited for the device)."""
+        for _buf, fence in self._own if wait else ():
             if fence is not None:
                 self._wait(fence)
-        for _s, _e, fence in self._live:
+        for _s, _e, fence in self._live if wait else ():
             if fence is not None:
                 self._wait(fence)
         for buf, _ in self._own:

@@ -47,9 +47,19 @@ class ArraySource:
         #: None: identify by content.
         self.identity = identity
 
+    @property
+    def rereadable(self) -> bool:
+        """Whether ``read()`` still works after ``release()`` (file mappings: pages fault back in)."""
+        return self._mapping is not None
+
     def read(self) -> np.ndarray:
         if self._array is None:
-            raise ValueError("the source was released after its last prepack node")
+            if self._mapping is None:
+                raise ValueError("the source was released after its last prepack node")
+            try:  # released view of a file mapping: map the bytes again (the pages fault back in)
+                return np.frombuffer(self._mapping, np.uint8, self.nbytes, self._offset)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"the source's file mapping is gone ({exc})") from None
         return self._array.reshape(-1).view(np.uint8)
 
     def release(self) -> None:
@@ -64,7 +74,6 @@ class ArraySource:
                 self._mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
             except (ValueError, OSError):
                 pass  # the mapping was closed, or madvise is unsupported: nothing to release
-            self._mapping = None
 
 
 class LazySource:
@@ -80,6 +89,8 @@ class LazySource:
         if data.nbytes != self.nbytes:
             raise ValueError(f"lazy source produced {data.nbytes} bytes, expected {self.nbytes}")
         return data
+
+    rereadable = True  # read() calls the loader again
 
     def release(self) -> None:
         if self._release is not None:

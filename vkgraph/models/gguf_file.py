@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import VkGraphError
+from ..errors import MissingTensorError, VkGraphError
 from ..graph.values import ArraySource, file_identity
 
 #: GGML types vkgraph reads, and the packer format of the quantized ones.
@@ -72,7 +72,7 @@ class GGUFFile:
         try:
             return self.tensors[name]
         except KeyError:
-            raise GGUFError(f"{self.path}: no tensor named {name!r}") from None
+            raise MissingTensorError(f"{self.path}: no tensor named {name!r}") from None
 
     def source(self, name: str) -> ArraySource:
         """A lazy source over the file mapping; its pages are dropped after release()."""

@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import VkGraphError
+from ..errors import MissingTensorError, VkGraphError
 from ..graph.values import ArraySource, file_identity
 
 DTYPES = {
@@ -107,7 +107,7 @@ class SafetensorsFile:
         try:
             return self.tensors[name]
         except KeyError:
-            raise KeyError(f"{self.path}: no tensor named {name!r}") from None
+            raise MissingTensorError(f"{self.path}: no tensor named {name!r}") from None
 
     def source(self, name: str) -> ArraySource:
         """A lazy source: a view of the mapping, dropped from memory after it is released."""

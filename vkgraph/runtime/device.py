@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..errors import DeviceNotFoundError, UnsupportedFeatureError
+from ..errors import (
+    DeviceNotFoundError,
+    OutOfDeviceMemoryError,
+    UnsupportedFeatureError,
+)
 from ._vk import call, vk
 from .handle import VkObject
 from .instance import (
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
 
 ENV_DEVICE = "VKGRAPH_DEVICE"
 ENV_VALIDATION = "VKGRAPH_VALIDATION"
+ENV_SYNC_VALIDATION = "VKGRAPH_SYNC_VALIDATION"  # with validation on: add synchronization validation
 
 
 def is_icd_path(prefer: str) -> bool:
@@ -60,11 +65,14 @@ class Device(VkObject):
     first), then the device and the instance.
     """
 
-    def __init__(self, prefer: str | None = None, *, validation: bool | None = None):
+    def __init__(self, prefer: str | None = None, *, validation: bool | None = None, max_memory_nbytes: int = 0):
+        #: Allocations that would bring :attr:`allocated_nbytes` above this raise
+        #: OutOfDeviceMemoryError before Vulkan is called, as a device this small would (0: no budget).
+        self.max_memory_nbytes = int(max_memory_nbytes)
         prefer = prefer if prefer is not None else (os.environ.get(ENV_DEVICE) or None)
         validation = _env_flag(ENV_VALIDATION) if validation is None else validation
         icd = prefer if prefer and is_icd_path(prefer) else None
-        self.instance = Instance(validation, icd=icd)
+        self.instance = Instance(validation, sync_validation=_env_flag(ENV_SYNC_VALIDATION), icd=icd)
         try:
             self._create(select_physical_device(self.instance.physical_devices(), prefer))
         except BaseException:
@@ -201,6 +209,16 @@ class Device(VkObject):
         self._unfenced_pending.clear()
 
     # --- memory accounting -------------------------------------------------------------------
+
+    def _reserve(self, nbytes: int, what: str) -> None:
+        """Refuse an allocation of ``nbytes`` that would exceed :attr:`max_memory_nbytes`."""
+        budget = self.max_memory_nbytes
+        if budget and self.allocated_nbytes + nbytes > budget:
+            raise OutOfDeviceMemoryError(
+                "vkAllocateMemory", "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+                f"{what} does not fit: {self.allocated_nbytes} bytes are allocated, the budget "
+                f"(device.max_memory_nbytes) is {budget}, the allocation needs {nbytes}",
+            )
 
     def _account(self, nbytes: int) -> None:
         self.allocated_nbytes += nbytes

@@ -52,6 +52,7 @@ class Image3D(VkObject):
         try:
             req = call(vk.vkGetImageMemoryRequirements, dev, handle)
             mtype = select_memory_type(device.physical, req.memoryTypeBits, MemoryKind.DEVICE)
+            device._reserve(req.size, what)
             alloc = vk.VkMemoryAllocateInfo(allocationSize=req.size, memoryTypeIndex=mtype.index)
             memory = call(vk.vkAllocateMemory, dev, alloc, None, detail=what)
             call(vk.vkBindImageMemory, dev, handle, memory, 0)

@@ -106,8 +106,13 @@ def instance_layers() -> set[str]:
     return {p.layerName for p in call(vk.vkEnumerateInstanceLayerProperties)}
 
 
-def instance_extensions() -> set[str]:
-    return {p.extensionName for p in call(vk.vkEnumerateInstanceExtensionProperties, None)}
+def instance_extensions(layer: str | None = None) -> set[str]:
+    """Instance extensions of the loader and drivers, or those a layer provides."""
+    return {p.extensionName for p in call(vk.vkEnumerateInstanceExtensionProperties, layer)}
+
+
+EXT_VALIDATION_FEATURES = "VK_EXT_validation_features"
+SYNC_VALIDATION = 4  # VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 
 
 @contextmanager
@@ -134,21 +139,25 @@ def _only_icd(icd_json: str | None) -> Iterator[None]:
 
 class Instance(VkObject):
     """A VkInstance, with the Khronos validation layer when asked and a debug messenger that
-    records every message of at least ``debug_severity`` (see :func:`debug_messages`)."""
+    records every message of at least ``debug_severity`` (see :func:`debug_messages`).
+    ``sync_validation`` adds the layer's synchronization validation (hazards between commands,
+    submits and the host); best-practices checks stay off."""
 
     def __init__(
         self,
         validation: bool = False,
         *,
+        sync_validation: bool = False,
         icd: str | None = None,
         debug_severity: str = "warning",
         app_name: str = "vkgraph",
     ):
         self.icd = icd
         with _only_icd(icd):
-            self._create(validation, debug_severity, app_name, icd)
+            self._create(validation, sync_validation, debug_severity, app_name, icd)
 
-    def _create(self, validation: bool, debug_severity: str, app_name: str, icd: str | None) -> None:
+    def _create(self, validation: bool, sync_validation: bool, debug_severity: str, app_name: str,
+                icd: str | None) -> None:
         loader_version = call(vk.vkEnumerateInstanceVersion)
         if loader_version < VK_API_1_1:
             raise UnsupportedFeatureError(
@@ -157,6 +166,7 @@ class Instance(VkObject):
             )
         self.api_version = min(loader_version, VK_API_1_3)
         self.validation = validation
+        self.sync_validation = validation and sync_validation
 
         layers: list[str] = []
         if validation:
@@ -170,6 +180,13 @@ class Instance(VkObject):
         has_debug_utils = EXT_DEBUG_UTILS in instance_extensions() or validation
         if has_debug_utils:
             extensions.append(EXT_DEBUG_UTILS)
+        features = None
+        if self.sync_validation:
+            if EXT_VALIDATION_FEATURES not in instance_extensions(VALIDATION_LAYER):
+                raise UnsupportedFeatureError("vkCreateInstance", "VK_ERROR_EXTENSION_NOT_PRESENT",
+                                              f"{VALIDATION_LAYER} lacks {EXT_VALIDATION_FEATURES} (sync validation)")
+            extensions.append(EXT_VALIDATION_FEATURES)
+            enabled = [SYNC_VALIDATION]
 
         # Everything a create-info points to stays referenced by these locals until the calls
         # below return: the binding does not keep pointees alive for us.
@@ -187,9 +204,11 @@ class Instance(VkObject):
                 messageType=sum(bit for bit, _ in _MESSAGE_TYPES),
                 pfnUserCallback=_debug_callback,
             )
+        if self.sync_validation:
+            features = vk.VkValidationFeaturesEXT(pNext=messenger_info, pEnabledValidationFeatures=enabled)
         create_info = vk.VkInstanceCreateInfo(
             # Chained so that vkCreateInstance/vkDestroyInstance themselves are covered.
-            pNext=messenger_info,
+            pNext=features if features is not None else messenger_info,
             pApplicationInfo=app_info,
             ppEnabledLayerNames=layers,
             ppEnabledExtensionNames=extensions,

@@ -120,6 +120,7 @@ class Buffer(VkObject):
                     "vkAllocateMemory", "VK_ERROR_OUT_OF_DEVICE_MEMORY",
                     f"{what} is larger than memory heap {heap.index} ({heap.size} bytes)",
                 )
+            device._reserve(req.size, what)
             alloc = vk.VkMemoryAllocateInfo(allocationSize=req.size, memoryTypeIndex=mtype.index)
             memory = call(vk.vkAllocateMemory, dev, alloc, None, detail=what)
         except BaseException:
@@ -225,6 +226,7 @@ class ImportedBuffer(Buffer):
             call(device.extension_function("vkGetMemoryHostPointerPropertiesEXT"), dev, HOST_ALLOCATION, pointer, props)
             req = call(vk.vkGetBufferMemoryRequirements, dev, handle)
             mtype = select_memory_type(device.physical, req.memoryTypeBits & props.memoryTypeBits, MemoryKind.DEVICE)
+            device._reserve(len(host), what)
             import_info = vk.VkImportMemoryHostPointerInfoEXT(handleType=HOST_ALLOCATION, pHostPointer=pointer)
             alloc = vk.VkMemoryAllocateInfo(pNext=import_info, allocationSize=len(host), memoryTypeIndex=mtype.index)
             memory = call(vk.vkAllocateMemory, dev, alloc, None, detail=what)
@@ -240,8 +242,11 @@ class ImportedBuffer(Buffer):
         self.handle, self.memory, self.memory_type, self.alloc_nbytes = handle, memory, mtype, len(host)
         self.host_visible = True
         self._mapping = host
+        imported = len(host)
+        device._account(imported)
 
-        def release(dev=dev, handle=handle, memory=memory, keep=keep) -> None:
+        def release(dev=dev, handle=handle, memory=memory, keep=keep, nbytes=imported) -> None:
+            device._account(-nbytes)
             vk.vkDestroyBuffer(dev, handle, None)
             vk.vkFreeMemory(dev, memory, None)
             del keep  # the host pages may be unmapped once the device memory is gone
