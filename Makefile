@@ -22,10 +22,13 @@ test: install
 test-validation: install
 	VKGRAPH_SYNC_VALIDATION=1 VKGRAPH_REQUIRE_DEVICE=1 VKGRAPH_REQUIRE_MODELS=1 $(BIN)/python -m pytest tests/gpu
 
-# Long forms of the short runs in `make test`: 10,000 inputs per file reader, 100 soak cycles,
-# 40 SIGKILL points while writing the packed-weight cache.
+# Long forms of the short runs in `make test`: 10,000 inputs per file reader (hypothesis, then
+# atheris when it installs), 100 soak cycles, 40 SIGKILL points while writing the cache.
 fuzz: install
 	VKGRAPH_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider --hypothesis-show-statistics
+	@if $(BIN)/python -m pip install -q atheris; then \
+		for r in cache safetensors gguf; do $(BIN)/python -m tests.fuzz.atheris_readers $$r -runs=10000 || exit 1; done; \
+	else echo "atheris does not install here: coverage-guided fuzzing skipped"; fi
 
 soak: install
 	VKGRAPH_SOAK_CYCLES=100 VKGRAPH_KILL_POINTS=40 VKGRAPH_REQUIRE_DEVICE=1 $(BIN)/python -m pytest -s \

@@ -39,7 +39,14 @@ def test_reader_facts(smollm2):
 
 
 @pytest.mark.parametrize("data,reason", [(b"", "not a readable GGUF"), (b"GGUF" + b"\0" * 8, "not a readable GGUF"),
-                                         (b"NOPE" + struct.pack("<I", 3) + b"\0" * 16, "not a readable GGUF")])
+                                         (b"NOPE" + struct.pack("<I", 3) + b"\0" * 16, "not a readable GGUF"),
+                                         # found by fuzzing: an array of 2**60 elements (the gguf package
+                                         # would loop over it, allocating, for ever)
+                                         (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"a"
+                                          + struct.pack("<IIQ", 9, 0, 2**60) + b"\0" * 16,
+                                          r"not a readable GGUF file \(value 0 of 1152921504606846976 elements"),
+                                         (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", 1) + b"t"
+                                          + struct.pack("<I", 9) + b"\0" * 16, r"not a readable GGUF file \(tensor 0 has 9 dimensions")])
 def test_bad_files_name_the_file(tmp_path, data, reason):
     p = tmp_path / "bad.gguf"
     p.write_bytes(data)

@@ -3,6 +3,8 @@ package's memory map (quantized tensors as raw GGML blocks, packed on the device
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +36,111 @@ class GGUFTensor:
         return SUPPORTED[self.ggml_type]
 
 
+#: Bytes of each GGUF scalar value type (uint8 .. float64); 8 = string, 9 = array.
+_SCALAR_NBYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY = 8, 9
+_MAX_DIMS = 8
+_MAX_NESTING = 4
+
+
+def _prescan(path: str, data: bytes | memoryview) -> None:
+    """Walk the header, key/values and tensor infos with every count checked against the bytes
+    left, so that the ``gguf`` package's reader never sees a count it would loop over or
+    allocate for (its reader does not check them: a huge array length makes it run for ever)."""
+    size = len(data)
+    pos = 0
+
+    def need(n: int, what: str) -> None:
+        if n < 0 or pos + n > size:
+            raise GGUFError(f"{path}: not a readable GGUF file ({what} at byte {pos} runs past its {size} bytes)")
+
+    def unpack(fmt: str, what: str) -> int:
+        nonlocal pos
+        n = struct.calcsize(fmt)
+        need(n, what)
+        (v,) = struct.unpack_from(order + fmt, data, pos)
+        pos += n
+        return v
+
+    def string(what: str) -> None:
+        nonlocal pos
+        n = unpack("Q", f"{what} length")
+        need(n, what)
+        pos += n
+
+    def value(kind: int, what: str, depth: int = 0) -> None:
+        nonlocal pos
+        if kind in _SCALAR_NBYTES:
+            need(_SCALAR_NBYTES[kind], what)
+            pos += _SCALAR_NBYTES[kind]
+        elif kind == _STRING:
+            string(what)
+        elif kind == _ARRAY:
+            if depth >= _MAX_NESTING:
+                raise GGUFError(f"{path}: not a readable GGUF file ({what}: arrays nested deeper than {_MAX_NESTING})")
+            item, count = unpack("I", f"{what} type"), unpack("Q", f"{what} length")
+            smallest = _SCALAR_NBYTES.get(item, 8 if item == _STRING else 12)
+            need(count * smallest, f"{what} of {count} elements")
+            if item in _SCALAR_NBYTES:
+                pos += count * smallest
+            else:
+                for _ in range(count):
+                    value(item, what, depth + 1)
+        else:
+            raise GGUFError(f"{path}: not a readable GGUF file ({what} has unknown value type {kind})")
+
+    order = "<"
+    if bytes(data[:4]) != b"GGUF":
+        raise GGUFError(f"{path}: not a readable GGUF file (magic {bytes(data[:4])!r})")
+    pos = 4
+    version = unpack("I", "version")
+    if version & 0xFFFF == 0:  # written on a big-endian machine
+        order = ">"
+    n_tensors, n_kv = unpack("Q", "tensor count"), unpack("Q", "key/value count")
+    need(n_kv * 13, f"{n_kv} key/values")  # key length, one byte of key, type
+    for i in range(n_kv):
+        string(f"key {i}")
+        value(unpack("I", f"key/value {i} type"), f"value {i}")
+    need(n_tensors * 28, f"{n_tensors} tensor infos")  # name length, dims count, one dim, type, offset
+    for i in range(n_tensors):
+        string(f"tensor {i} name")
+        dims = unpack("I", f"tensor {i} dims count")
+        if dims > _MAX_DIMS:
+            raise GGUFError(f"{path}: not a readable GGUF file (tensor {i} has {dims} dimensions, at most {_MAX_DIMS})")
+        need(8 * dims + 12, f"tensor {i} info")
+        pos += 8 * dims + 12
+
+
+_BLOCK = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}  # bytes per block of 32 values
+
+
+def _data_nbytes(kind: str, shape: tuple[int, ...]) -> int | None:
+    """Bytes of a tensor's data, or None when its shape cannot hold its type (a quantized row
+    must be whole blocks)."""
+    count = 1
+    for n in shape:
+        count *= n
+    if kind == "F32":
+        return 4 * count
+    if not shape or shape[-1] % 32:
+        return None
+    return count // 32 * _BLOCK[kind]
+
+
 class GGUFFile:
     def __init__(self, path: str | Path):
         from gguf import GGUFReader
 
         self.path = str(path)
+        try:
+            with open(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size < 24:
+                    raise GGUFError(f"{path}: not a readable GGUF file ({size} bytes, too short for its header)")
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    _prescan(self.path, m)
+        except FileNotFoundError:
+            raise GGUFError(f"{path}: no such file") from None
         try:
             self._reader = GGUFReader(path)
         except FileNotFoundError:
@@ -57,7 +159,12 @@ class GGUFFile:
             if kind not in SUPPORTED:
                 raise GGUFError(f"{path}: tensor {t.name!r} has type {kind}; supported: {', '.join(SUPPORTED)}")
             shape = tuple(int(n) for n in reversed(t.shape.tolist()))
-            self.tensors[t.name] = GGUFTensor(t.name, kind, shape, t.data, int(t.data_offset))
+            offset, expect = int(t.data_offset), _data_nbytes(kind, shape)
+            if expect is None or t.data.nbytes != expect or offset + expect > size:
+                raise GGUFError(f"{path}: tensor {t.name!r} ({kind}, shape {shape}): its data "
+                                f"({expect if expect is not None else '?'} bytes at offset {offset}) does not "
+                                f"lie within the {size}-byte file")
+            self.tensors[t.name] = GGUFTensor(t.name, kind, shape, t.data, offset)
         self._mmap = getattr(self._reader.data, "_mmap", None)
 
     def get(self, key: str, default: Any = None) -> Any:
