@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,3 +202,16 @@ def bench_json(r: LoadResult, mode: str = "") -> dict[str, Any]:
         "cache_hits": rep.cache_hits, "cache_misses": rep.cache_misses, "zero_copy_tensors": rep.zero_copy_tensors,
         "cache_save_s": rep.cache_save_s,
     }
+
+
+def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: int = 1) -> list[dict[str, Any]]:
+    """``vkgraph bench load --json`` in a fresh process (``loads`` loads in it): one result per
+    load; RuntimeError with the child's stderr when it fails."""
+    cmd = [sys.executable, "-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode, "--json",
+           "--loads", str(loads)]
+    if config:
+        cmd += ["--config", config]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd[1:])} failed: {proc.stderr.strip()[-2000:]}")
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -4,10 +4,7 @@ compare the simulator with measured loads (``vkgraph simulate --validate``)."""
 from __future__ import annotations
 
 import datetime
-import json
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -189,7 +186,7 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
     itself and varies from run to run; the later loads reuse memory the process already had.
     Rows carry both: ``fresh_*`` (first loads) and ``measured_*`` (later loads; median, min, max),
     and the error is against the later loads' median."""
-    from .bench import config_for
+    from .bench import config_for, load_in_subprocess
 
     profile = load_profile(profile_name)
     cells = [(model, mode) for model in models for mode in VALIDATE_MODES]
@@ -197,14 +194,7 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
     warm: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
     for r in range(repeat):
         for i, (model, mode) in enumerate(cells):
-            cmd = [sys.executable, "-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode, "--json",
-                   "--loads", str(loads)]
-            if config:
-                cmd += ["--config", config]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if proc.returncode:
-                raise RuntimeError(f"{' '.join(cmd[1:])} failed: {proc.stderr.strip()[-2000:]}")
-            results = [json.loads(line) for line in proc.stdout.strip().splitlines() if line.startswith("{")]
+            results = load_in_subprocess(model, mode, config, loads)
             fresh[(model, mode)].append(results[0])
             warm[(model, mode)] += results[1:] or results
             if progress:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import datetime
 import itertools
-import json
 import statistics
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from .bench import load_in_subprocess
 
 MiB = 1 << 20
 
@@ -77,13 +76,7 @@ def load_once(model: str, prepack: dict[str, Any]) -> dict[str, Any]:
         f.write(config_text(prepack))
         path = f.name
     try:
-        mode = "reduce-peak" if prepack["reduce_peak_memory"] else "staged"
-        cmd = [sys.executable, "-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode,
-               "--config", path, "--json"]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if out.returncode:
-            raise RuntimeError(f"bench load failed for {prepack}: {out.stderr.strip()[-2000:]}")
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return load_in_subprocess(model, "reduce-peak" if prepack["reduce_peak_memory"] else "staged", path)[-1]
     finally:
         Path(path).unlink(missing_ok=True)
 

@@ -40,6 +40,10 @@ def build(g, ws):
     g.set_output(y, "y")
 
 
+def inputs():
+    return np.random.default_rng(13).standard_normal((2, K)).astype(np.float32)
+
+
 def reference(ws, x):
     return sum(x @ w.T for w in ws)
 
@@ -72,7 +76,7 @@ def test_budget_refuses_naming_tensor_bytes_and_budget_and_frees_everything(devi
                          rf"allocated, the budget \(device.max_memory_nbytes\) is {budget}", str(err.value)), err.value
         assert device.allocated_nbytes == allocated and live_objects() == live  # nothing leaked
         with pytest.raises(VkGraphError, match="unusable.*OutOfDeviceMemoryError"):
-            g.execute({"x": np.ones((2, K), np.float32)})
+            g.execute({"x": inputs()})
     assert device.max_memory_nbytes == 0  # the shared device's budget is restored
 
 
@@ -95,7 +99,7 @@ def test_auto_retries_in_reduce_peak_when_staged_does_not_fit(device, compiler, 
         report = g.run_prepack()
         assert report.mode == "reduce-peak" and "(device.max_memory_nbytes)" in report.retried_after
         assert base + report.peak_device_nbytes <= budget
-        x = np.random.default_rng(12).standard_normal((2, K)).astype(np.float32)
+        x = inputs()
         np.testing.assert_allclose(g.execute({"x": x})["y"], reference(ws, x), rtol=1e-4, atol=1e-3)
 
 
@@ -104,7 +108,7 @@ def test_config_budget_on_an_own_device(tmp_path):
     cfg = GraphConfig().replace(device__max_memory_nbytes=192 * KiB)
     with ComputeGraph(cfg) as g:
         assert g.device.max_memory_nbytes == 192 * KiB
-        g.prepack_tensor(g.add_tensorref(np.ones((128, 256), np.float32), "big"), "linear_4x4")
+        g.prepack_tensor(g.add_tensorref(np.random.default_rng(14).standard_normal((128, 256)).astype(np.float32), "big"), "linear_4x4")
         # its 128 KiB of staging fit, its 128 KiB packed copy does not
         with pytest.raises(OutOfDeviceMemoryError, match=r"'big.*' of 131072 bytes does not fit.*budget "
                                                           r"\(device.max_memory_nbytes\) is 196608"):
@@ -158,7 +162,7 @@ def test_fence_timeout_during_prepack_makes_the_graph_unusable(device, compiler,
         with pytest.raises(FenceTimeoutError, match="not signalled after 0.05 s"):
             g.prepack() if mode == "legacy" else g.run_prepack()
         assert not fence_times_out[0]
-        for again in (g.run_prepack, lambda: g.execute({"x": np.ones((2, K), np.float32)})):
+        for again in (g.run_prepack, lambda: g.execute({"x": inputs()})):
             with pytest.raises(VkGraphError, match="unusable: an earlier prepack failed.*FenceTimeoutError"):
                 again()
     # leaving the block waited for the device and freed what the GPU might still have used
@@ -169,7 +173,7 @@ def test_fence_timeout_during_execute_makes_the_graph_unusable(device, compiler,
     with graph(device, compiler, device__fence_timeout_ms=50) as g:
         build(g, ws)
         g.run_prepack()
-        x = np.ones((2, K), np.float32)
+        x = inputs()
         np.testing.assert_allclose(g.execute({"x": x})["y"], reference(ws, x), rtol=1e-4, atol=1e-3)
 
         def hung(self, timeout_s=1.0):
@@ -188,7 +192,7 @@ def test_device_lost_makes_the_graph_unusable(device, compiler, device_lost_on_s
     ws = weights()
     with graph(device, compiler) as g:
         build(g, ws)
-        x = np.ones((2, K), np.float32)
+        x = inputs()
         if where == "execute":
             device_lost_on_submit[0] = False
             g.run_prepack()

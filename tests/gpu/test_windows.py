@@ -89,7 +89,8 @@ def test_weight_beyond_max_storage_buffer_range(device, compiler):
     """A real fp32 weight larger than the device's maxStorageBufferRange (128 MiB on lavapipe)."""
     most = device.limits["maxStorageBufferRange"]
     if most > 1 << 28:
-        pytest.skip(f"maxStorageBufferRange is {most} bytes; this test builds a weight just above it")
+        # Windows themselves are tested on every device with a lowered max_binding_nbytes (above).
+        pytest.skip(f"maxStorageBufferRange is {most} bytes: a real weight above it is too big for CI")
     k = 4100
     n = most // (k * 4) + 8  # just over the limit, and not a multiple of 4 rows
     rng = np.random.default_rng(0)
