@@ -295,7 +295,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from .bench import terminal_progress
     from .runtime import Instance
-    from .tune import DEFAULT, GRID, Point, best_within, confirm, grid_points, pareto, plot_tune, tune, tuned_config
+    from .tune import (DEFAULT, GRID, Point, best_within, confirm, dominates, grid_points, pareto, plot_tune, tune,
+                       tuned_config)
 
     points = grid_points(GRID if not args.quick else {k: v[:1] if k != "reduce_peak_memory" else v
                                                        for k, v in GRID.items()})
@@ -332,7 +333,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     def row(p: Point) -> dict:
         return {**p.prepack, "load_s": p.load_s, "min_s": p.spread_s[0], "max_s": p.spread_s[1],
-                "runs": p.runs, "peak_nbytes": p.peak_nbytes}
+                "runs": p.runs, "peak_nbytes": p.peak_nbytes, "peak_rss_delta_nbytes": p.rss_peak_nbytes,
+                "first_load_s": p.first_load_s}
 
     if args.json:
         print(json.dumps({"points": [row(p) for p in measured], "pareto": [measured.index(p) for p in front],
@@ -341,15 +343,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
                           "chosen_is_default": chosen.prepack == DEFAULT,
                           "confirmation": [row(p) for p in conf.points] if conf else []}))
         return 0
-    print(f"\n{args.model}: {len(measured)} configs, {args.repeat} fresh process(es) each\n")
-    print("| config | load_s median | min..max | peak RSS delta | pareto |")
-    print("|---|---|---|---|---|")
+    print(f"\n{args.model}: {len(measured)} configs, {args.repeat} fresh process(es) each; load_s is the "
+          "second load of each process, the first (page faults of a fresh process) is shown apart\n")
+    print("| config | load_s median | min..max | first load | peak device memory | peak RSS delta | pareto |")
+    print("|---|---|---|---|---|---|---|")
     for p in sorted(measured, key=lambda p: p.load_s):
         tag = " (default)" if p is default else ""
         lo, hi = p.spread_s
-        print(f"| {p.label()}{tag} | {p.load_s:.3f} | {lo:.3f}..{hi:.3f} | {p.peak_nbytes / 2**20:.0f} MiB | "
-              f"{'*' if p in front else ''} |")
-    print(f"\ndefault is {'on' if default in front else 'not on'} the Pareto front of the sweep")
+        print(f"| {p.label()}{tag} | {p.load_s:.3f} | {lo:.3f}..{hi:.3f} | {p.first_load_s:.3f} | "
+              f"{p.peak_nbytes / 2**20:.1f} MiB | {(p.rss_peak_nbytes or 0) / 2**20:.0f} MiB | {'*' if p in front else ''} |")
+    beaten_by = [q for q in measured if q is not default and dominates(q, default)]
+    print(f"\ndefault is {'on' if default in front else 'not on'} the Pareto front of the sweep "
+          "(front: no other config is faster beyond the noise, every run, at no more memory, or smaller at no more time)"
+          + "".join(f"\n  beaten by: {q.label()}" for q in beaten_by))
     if conf:
         print(f"\nconfirmation: {args.confirm} interleaved rounds\n")
         print("| config | load_s median | min..max | vs default |")
@@ -411,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tn = sub.add_parser("tune", help="sweep prepack thresholds in fresh processes and write the best config")
     tn.add_argument("--model", default="synthetic:256")
-    tn.add_argument("--max-peak-mb", type=int, help="memory budget for the chosen config (peak RSS delta)")
+    tn.add_argument("--max-peak-mb", type=int, help="memory budget for the chosen config (peak device memory: packed weights + staging)")
     tn.add_argument("--repeat", type=int, default=1, help="loads per config (median), each in a fresh process")
     tn.add_argument("--out", help="write the best config here (e.g. configs/tuned-<device>.toml)")
     tn.add_argument("--quick", action="store_true", help="a small grid (reduce-peak on/off at the first values)")

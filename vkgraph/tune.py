@@ -1,6 +1,11 @@
 """``vkgraph tune``: sweep prepack thresholds, staging ring and reduce-peak mode, each point
 loaded in fresh processes (median of K), and write the fastest config that fits a memory budget.
 
+Each fresh process loads twice and the second load is the point's time: the first load of a
+process pays first-touch page faults on memory the process never had, which on a VM varies
+several-fold between identical runs and has nothing to do with the thresholds (``simulate
+--validate`` measured it); the first loads are kept and shown next to it.
+
 Load times on a shared machine are noisy (see README), so a sweep's winner is not trusted on its
 own: the finalists and the default are measured again, interleaved round by round so that drift
 hits all of them alike, and a config replaces the default only when it is faster beyond the
@@ -39,9 +44,14 @@ DEFAULT = {"threshold_nbytes": 10 * MiB, "initial_threshold_nbytes": 10 * MiB, "
 class Point:
     prepack: dict[str, Any]
     load_s: float = 0.0  # median
-    peak_nbytes: int = 0  # peak RSS delta of the load: what a device's memory must hold
-    times: list[float] = field(default_factory=list)  # every measured load time
+    #: peak device memory of the load (packed weights + staging, as allocated): what the device
+    #: must hold, and exact, where the process's RSS also moves with how the allocator reuses
+    #: memory the previous load freed
+    peak_nbytes: int = 0
+    times: list[float] = field(default_factory=list)  # every measured load time (second load of a process)
     peaks: list[int] = field(default_factory=list)
+    rss_peaks: list[int] = field(default_factory=list)  # peak RSS delta of each measured load
+    first_times: list[float] = field(default_factory=list)  # the first load of each process
 
     @property
     def runs(self) -> int:
@@ -50,6 +60,18 @@ class Point:
     @property
     def spread_s(self) -> tuple[float, float]:
         return (min(self.times), max(self.times)) if self.times else (self.load_s, self.load_s)
+
+    @property
+    def peak_spread(self) -> tuple[int, int]:
+        return (min(self.peaks), max(self.peaks)) if self.peaks else (self.peak_nbytes, self.peak_nbytes)
+
+    @property
+    def rss_peak_nbytes(self) -> int | None:
+        return int(statistics.median(self.rss_peaks)) if self.rss_peaks else None
+
+    @property
+    def first_load_s(self) -> float | None:
+        return statistics.median(self.first_times) if self.first_times else None
 
     def label(self) -> str:
         p = self.prepack
@@ -70,20 +92,24 @@ def config_text(prepack: dict[str, Any], comments: Iterable[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load_once(model: str, prepack: dict[str, Any]) -> dict[str, Any]:
-    """One load of ``model`` with these prepack settings in a fresh process (``bench load --json``)."""
+def load_once(model: str, prepack: dict[str, Any]) -> list[dict[str, Any]]:
+    """Two loads of ``model`` with these prepack settings in a fresh process (``bench load --json``)."""
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(config_text(prepack))
         path = f.name
     try:
-        return load_in_subprocess(model, "reduce-peak" if prepack["reduce_peak_memory"] else "staged", path)[-1]
+        return load_in_subprocess(model, "reduce-peak" if prepack["reduce_peak_memory"] else "staged", path, loads=2)
     finally:
         Path(path).unlink(missing_ok=True)
 
 
-def record(point: Point, result: dict[str, Any]) -> None:
+def record(point: Point, results: list[dict[str, Any]]) -> None:
+    """The loads of one fresh process: the first is kept apart, the last is the point's run."""
+    first, result = results[0], results[-1]
+    point.first_times.append(first["load_s"])
     point.times.append(result["load_s"])
-    point.peaks.append(result["peak_rss_delta_nbytes"])
+    point.peaks.append(result["peak_device_nbytes"])
+    point.rss_peaks.append(result["peak_rss_delta_nbytes"])
     point.load_s = statistics.median(point.times)
     point.peak_nbytes = int(statistics.median(point.peaks))
 
@@ -94,11 +120,20 @@ def measure(model: str, point: Point, repeat: int) -> Point:
     return point
 
 
+def dominates(q: Point, p: Point) -> bool:
+    """``q`` is better than ``p`` beyond the noise: on one axis (load time, peak memory) all of
+    its runs beat all of ``p``'s, and on the other axis ``p``'s do not beat all of its. With one
+    run per point this is the usual Pareto dominance."""
+    (qt0, qt1), (pt0, pt1) = q.spread_s, p.spread_s
+    (qm0, qm1), (pm0, pm1) = q.peak_spread, p.peak_spread
+    faster, slower = qt1 < pt0, qt0 > pt1
+    smaller, larger = qm1 < pm0, qm0 > pm1
+    return (faster and not larger) or (smaller and not slower)
+
+
 def pareto(points: list[Point]) -> list[Point]:
-    """Points no other point beats on both load time and peak memory, fastest first."""
-    front = [p for p in points
-             if not any(q.load_s <= p.load_s and q.peak_nbytes <= p.peak_nbytes
-                        and (q.load_s < p.load_s or q.peak_nbytes < p.peak_nbytes) for q in points)]
+    """Points no other point :func:`dominates` (beats beyond the noise), fastest first."""
+    front = [p for p in points if not any(dominates(q, p) for q in points if q is not p)]
     return sorted(front, key=lambda p: p.load_s)
 
 
@@ -158,7 +193,7 @@ def tuned_config(best: Point, model: str, device: str, default: Point | None, no
     comments = [
         f"Tuned by `vkgraph tune --model {model}` on {datetime.date.today()}, device {device}.",
         (f"Measured: load {best.load_s:.3f} s (min {lo:.3f}, max {hi:.3f}, {best.runs} fresh processes), "
-         f"peak RSS delta {best.peak_nbytes / MiB:.0f} MiB."),
+         f"peak device memory {best.peak_nbytes / MiB:.0f} MiB (peak RSS delta {(best.rss_peak_nbytes or 0) / MiB:.0f} MiB)."),
     ]
     if default is not None and default is not best:
         dlo, dhi = default.spread_s
@@ -185,7 +220,7 @@ def plot_tune(points: list[Point], front: list[Point], default: Point, best: Poi
     ax.plot(default.peak_nbytes / MiB, default.load_s, "s", color="tab:blue", ms=9, mfc="none", label="default")
     if best is not None:
         ax.plot(best.peak_nbytes / MiB, best.load_s, "*", color="tab:red", ms=13, label="chosen")
-    ax.set_xlabel("peak RSS delta (MiB)")
+    ax.set_xlabel("peak device memory: packed weights + staging (MiB)")
     ax.set_ylabel("load time (s), median; bars min..max")
     ax.set_title(title)
     ax.legend()

@@ -18,11 +18,12 @@ def test_bench_load_json(device, cache_dir, capsys, mode):
                      "--config", str(CONFIG_DIR / "low-memory.toml")]) == 0
     out = json.loads(capsys.readouterr().out)
     keys = ["model", "mode", "total_constant_nbytes", "load_s", "cpu_encode_s", "fence_wait_s", "gpu_s", "submits",
-            "peak_staging_nbytes", "peak_rss_delta_nbytes", "packing_dispatches", "overlap", "output_ok",
+            "peak_staging_nbytes", "peak_device_nbytes", "peak_rss_delta_nbytes", "packing_dispatches", "overlap", "output_ok",
             "rss_anon_delta_nbytes", "cache_hits", "cache_misses", "zero_copy_tensors", "cache_save_s"]
     assert list(out) == keys
     assert out["mode"] == mode and out["output_ok"] is True and out["model"] == "synthetic:4"
     assert out["submits"] == 1 if mode == "legacy" else out["submits"] > 1
+    assert out["peak_device_nbytes"] >= out["total_constant_nbytes"] + out["peak_staging_nbytes"] > 0
     assert out["packing_dispatches"] > 0 and out["load_s"] > 0
 
 

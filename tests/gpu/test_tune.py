@@ -4,7 +4,7 @@ import pytest
 
 from vkgraph import cli
 from vkgraph.config import load_config
-from vkgraph.tune import DEFAULT, Point, beats, best_within, pareto
+from vkgraph.tune import DEFAULT, Point, beats, best_within, dominates, pareto
 
 
 def test_pareto_and_budget():
@@ -12,6 +12,20 @@ def test_pareto_and_budget():
     front = pareto(pts)
     assert [p.prepack["a"] for p in front] == [0, 1, 3]  # (1.5, 120) is beaten by (1.0, 100)
     assert best_within(pts, 60).prepack["a"] == 1 and best_within(pts, 10) is None
+
+
+def test_pareto_front_is_noise_aware():
+    default = Point(dict(DEFAULT), load_s=1.0, peak_nbytes=30, times=[0.9, 1.0, 1.1], peaks=[30, 30, 30])
+    overlapping = Point({"a": 1}, load_s=0.95, peak_nbytes=30, times=[0.85, 0.95, 1.05], peaks=[30, 30, 30])
+    faster = Point({"a": 2}, load_s=0.7, peak_nbytes=31, times=[0.6, 0.7, 0.8], peaks=[29, 31, 32])
+    smaller = Point({"a": 3}, load_s=1.05, peak_nbytes=16, times=[0.95, 1.05, 1.2], peaks=[16, 16, 17])
+    bigger = Point({"a": 4}, load_s=0.7, peak_nbytes=96, times=[0.6, 0.7, 0.8], peaks=[96, 96, 96])
+    assert not dominates(overlapping, default) and not dominates(default, overlapping)  # within the noise
+    assert dominates(faster, default)  # every run faster, peaks overlap
+    assert dominates(smaller, default)  # less memory beyond the noise, times overlap
+    assert not dominates(bigger, default) and not dominates(default, bigger)  # a trade-off
+    assert pareto([default, overlapping, bigger]) == [bigger, overlapping, default]
+    assert default not in pareto([default, faster, smaller])
 
 
 def test_beats_needs_a_margin_beyond_the_noise():
@@ -38,3 +52,4 @@ def test_tune_tiny_model_writes_a_valid_config(device, tmp_path, monkeypatch, ca
     assert cfg.prepack.reduce_peak_memory == best["reduce_peak_memory"]
     assert "Tuned by `vkgraph tune --model synthetic:4`" in out.read_text()
     assert result["pareto"] and result["default"] is not None
+    assert all(p["first_load_s"] > 0 and p["runs"] == 1 for p in result["points"])
