@@ -95,15 +95,15 @@ class LoadResult:
     report: LoadReport
     peak_rss_delta_nbytes: int
     rss_anon_delta_nbytes: int
-    output_ok: bool
-    max_abs_error: float
+    output_ok: bool | None  # None: not checked (``verify=False``)
+    max_abs_error: float | None
 
 
 def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Callable[[ComputeGraph], None],
                    check: Callable[[ComputeGraph], tuple[np.ndarray, np.ndarray]], trace: str | None,
-                   progress: bool) -> LoadResult:
+                   progress: bool, verify: bool = True) -> LoadResult:
     """Build, prepare (pipelines outside the timing), prepack in ``mode`` with peak RSS measured,
-    then run once and compare (got, expected)."""
+    then (``verify``) run once and compare (got, expected)."""
     with ComputeGraph(cfg) as g:
         build(g)
         g.prepare()
@@ -116,6 +116,8 @@ def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Callable[[Com
                 report = g.run_prepack(show)
         if trace:
             report.write_trace(trace)
+        if not verify:
+            return LoadResult(model, report, rss.delta, rss.anon_delta, None, None)
         got, expect = check(g)
     return LoadResult(model, report, rss.delta, rss.anon_delta, outputs_match(got, expect),
                       float(np.max(np.abs(got - expect))))
@@ -140,8 +142,9 @@ def model_kind(model: str) -> str:
 
 
 def load_model(model: str, mode: str, config_path: str | None = None, *, trace: str | None = None,
-               progress: bool = False) -> LoadResult:
-    """One measured load of ``synthetic:<MB>``, ``minilm`` or a BERT checkpoint directory."""
+               progress: bool = False, verify: bool = True) -> LoadResult:
+    """One measured load of ``synthetic:<MB>``, ``minilm``, ``smollm2``, a BERT checkpoint
+    directory or a llama GGUF; ``verify=False`` skips running the model and its reference."""
     kind = model_kind(model)
     cfg = config_for(mode, config_path, model)
     if kind == "synthetic":
@@ -151,9 +154,9 @@ def load_model(model: str, mode: str, config_path: str | None = None, *, trace: 
         with SafetensorsFile(path) as st:
             return _measured_load(
                 model, cfg, mode, lambda g: synthetic.build(g, st, spec),
-                lambda g: (g.execute({"ids": ids})["logits"], synthetic.reference(st, spec, ids)), trace, progress)
+                lambda g: (g.execute({"ids": ids})["logits"], synthetic.reference(st, spec, ids)), trace, progress, verify)
     if kind == "llama":
-        return _load_llama(model, cfg, mode, trace, progress)
+        return _load_llama(model, cfg, mode, trace, progress, verify)
     from .models import minilm
 
     d = minilm.model_dir(None if model == "minilm" else model)
@@ -164,10 +167,11 @@ def load_model(model: str, mode: str, config_path: str | None = None, *, trace: 
         return _measured_load(
             model, cfg, mode, lambda g: minilm.build(g, st, bert, len(SAMPLE_TEXTS), seq),
             lambda g: (g.execute(inputs)["embeddings"], minilm.reference(st, bert, inputs, len(SAMPLE_TEXTS), seq)),
-            trace, progress)
+            trace, progress, verify)
 
 
-def _load_llama(model: str, cfg: GraphConfig, mode: str, trace: str | None, progress: bool) -> LoadResult:
+def _load_llama(model: str, cfg: GraphConfig, mode: str, trace: str | None, progress: bool,
+                verify: bool = True) -> LoadResult:
     """A measured load of a llama GGUF; the check runs a short prompt through the one-token graph
     and compares every position's logits with the numpy reference."""
     from .models import llama
@@ -184,7 +188,7 @@ def _load_llama(model: str, cfg: GraphConfig, mode: str, trace: str | None, prog
                    for p, t in enumerate(ids)]
             return np.array(got), llama.reference_logits(f, lcfg, ids)
 
-        return _measured_load(model, cfg, mode, lambda g: llama.build(g, f, lcfg, ctx), check, trace, progress)
+        return _measured_load(model, cfg, mode, lambda g: llama.build(g, f, lcfg, ctx), check, trace, progress, verify)
 
 
 SAMPLE_PROMPT = "The capital of France is"
@@ -205,11 +209,13 @@ def bench_json(r: LoadResult, mode: str = "") -> dict[str, Any]:
     }
 
 
-def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: int = 1) -> list[dict[str, Any]]:
-    """``vkgraph bench load --json`` in a fresh process (``loads`` loads in it): one result per
-    load; RuntimeError with the child's stderr when it fails."""
+def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: int = 1,
+                       check: str = "every") -> list[dict[str, Any]]:
+    """``vkgraph bench load --json`` in a fresh process (``loads`` loads in it, ``check``: "every"
+    load verified, or only the "last"): one result per load; RuntimeError with the child's
+    stderr when it fails."""
     cmd = [sys.executable, "-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode, "--json",
-           "--loads", str(loads)]
+           "--loads", str(loads), "--check", check]
     if config:
         cmd += ["--config", config]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -184,6 +184,9 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
     alike; each process loads ``loads`` times. The first load of a process pays first-touch page
     faults on memory the process never had, which on a VM can cost several times the load
     itself and varies from run to run; the later loads reuse memory the process already had.
+    The loads follow each other with nothing in between (only the last is checked against the
+    model's reference): work between loads changes which pages the next one gets, and on a VM
+    pages the host must back again cost several times more to touch (benchmarks/fresh_pages.py).
     Rows carry both: ``fresh_*`` (first loads) and ``measured_*`` (later loads; median, min, max),
     and the error is against the later loads' median."""
     from .bench import config_for, load_in_subprocess
@@ -194,7 +197,7 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
     warm: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
     for r in range(repeat):
         for i, (model, mode) in enumerate(cells):
-            results = load_in_subprocess(model, mode, config, loads)
+            results = load_in_subprocess(model, mode, config, loads, check="last")
             fresh[(model, mode)].append(results[0])
             warm[(model, mode)] += results[1:] or results
             if progress:

@@ -160,10 +160,10 @@ def cmd_bench_load(args: argparse.Namespace) -> int:
     if args.loads < 1:
         raise ValueError(f"--loads must be >= 1, not {args.loads}")
     for i in range(args.loads - 1):  # earlier loads in this process: printed, not plotted or traced
-        r = load_model(args.model, args.mode, args.config)
+        r = load_model(args.model, args.mode, args.config, verify=args.check == "every")
         line = {**bench_json(r, args.mode), "load_index": i}
         print(json.dumps(line) if args.json else f"load {i}: {line['load_s']:.4f} s, output_ok {r.output_ok}")
-        if not r.output_ok:
+        if r.output_ok is False:
             return 1
     r = load_model(args.model, args.mode, args.config, trace=args.trace)
     out = bench_json(r, args.mode)
@@ -413,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--plot", help="write a PNG of the load's timeline and staging memory")
     bl.add_argument("--loads", type=int, default=1,
                     help="load N times in this process (one report each; the first pays the fresh process's page faults)")
+    bl.add_argument("--check", choices=("every", "last"), default="every",
+                    help="run the model and compare with its reference after every load, or only the last "
+                         "(earlier loads then follow each other with nothing in between; output_ok null)")
     bl.set_defaults(fn=cmd_bench_load)
 
     tn = sub.add_parser("tune", help="sweep prepack thresholds in fresh processes and write the best config")

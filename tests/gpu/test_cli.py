@@ -27,6 +27,16 @@ def test_bench_load_json(device, cache_dir, capsys, mode):
     assert out["packing_dispatches"] > 0 and out["load_s"] > 0
 
 
+@pytest.mark.parametrize("check", ["every", "last"])
+def test_bench_load_several_loads(device, cache_dir, capsys, check):
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", "staged", "--json", "--loads", "3",
+                     "--check", check]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["load_index"] for x in lines] == [0, 1, 2]
+    assert [x["output_ok"] for x in lines] == ([True] * 3 if check == "every" else [None, None, True])
+    assert len({x["peak_staging_nbytes"] for x in lines}) == 1 and all(x["load_s"] > 0 for x in lines)
+
+
 def test_run_prints_the_report_and_writes_a_trace(device, cache_dir, capsys, tmp_path):
     trace = tmp_path / "trace.json"
     assert cli.main(["run", "--model", "synthetic:4", "--trace", str(trace)]) == 0
