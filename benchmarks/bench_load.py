@@ -7,21 +7,12 @@ modes interleaved, and the medians are printed as a markdown table. Prints numbe
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-import sys
+
+from vkgraph.bench import load_in_subprocess
 
 MODES = ("legacy", "staged", "reduce-peak")
 CACHE_MODES = ("cold-cache", "warm-cache")
-
-
-def one(model: str, mode: str, config: str | None) -> dict:
-    cmd = [sys.executable, "-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode, "--json"]
-    if config:
-        cmd += ["--config", config]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -32,11 +23,11 @@ def main() -> None:
     ap.add_argument("--cache", action="store_true", help="also measure cold-cache and warm-cache loads")
     args = ap.parse_args()
     modes = MODES + (CACHE_MODES if args.cache else ())
-    one(args.model, "staged", args.config)  # generate the weights file and warm the shader caches
+    load_in_subprocess(args.model, "staged", args.config)  # generate the weights file and warm the shader caches
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     for _ in range(args.repeat):
         for m in modes:  # cold-cache right before warm-cache: warm reads the file cold just wrote
-            runs[m].append(one(args.model, m, args.config))
+            runs[m].extend(load_in_subprocess(args.model, m, args.config))
     med = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0] if isinstance(rs[0][k], (int, float))}
            for m, rs in runs.items()}
     total = runs["staged"][0]["total_constant_nbytes"]

@@ -15,12 +15,11 @@ calibrated ``fresh_copy_gbps``; the legacy load after the probes then finds recy
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 
 import numpy as np
 
-from vkgraph.bench import CONFIG_DIR
+from vkgraph.bench import CONFIG_DIR, open_model
 from vkgraph.config import load_config
 from vkgraph.graph import ComputeGraph
 from vkgraph.runtime import Buffer, MemoryKind
@@ -36,7 +35,7 @@ def fill_gbps(device, data: np.ndarray) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2", help="smollm2 or synthetic:<MB>")
+    ap.add_argument("--model", default="smollm2", help="smollm2, synthetic:<MB>, minilm, ...")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", default="profiles/lavapipe.toml")
     ap.add_argument("--no-probe", action="store_true", help="load without the probe buffers (the baseline)")
@@ -50,35 +49,14 @@ def main() -> None:
     print("| round | probe 1 GB/s | probe 2 GB/s | encode s | GPU s | load s |")
     print("|---|---|---|---|---|---|")
     for r in range(args.rounds):
-        with open_weights(args.model) as (f, build), ComputeGraph(cfg) as g:
-            build(g, f)
+        with open_model(args.model) as (build, _check), ComputeGraph(cfg) as g:
+            build(g)
             g.prepare()
             probes = ("-", "-") if args.no_probe else tuple(f"{fill_gbps(g.device, data):.2f}" for _ in range(2))
             g.encode_prepack()
             rep = g.prepack()
         print(f"| {r} | {probes[0]} | {probes[1]} | {rep.cpu_encode_s:.3f} | {rep.gpu_s:.3f} | {rep.load_s:.3f} |",
               flush=True)
-
-
-@contextlib.contextmanager
-def open_weights(model: str):
-    """(open weight file, function adding the model's nodes to a graph from it)."""
-    from vkgraph.models import synthetic
-
-    size = synthetic.parse_model_name(model)
-    if size is not None:
-        from vkgraph.models.safetensors import SafetensorsFile
-
-        spec = synthetic.SyntheticSpec.for_size(size)
-        with SafetensorsFile(synthetic.weights_path(spec)) as st:
-            yield st, lambda g, st: synthetic.build(g, st, spec)
-        return
-    from vkgraph.models import llama
-    from vkgraph.models.gguf_file import GGUFFile
-
-    with GGUFFile(llama.gguf_path(None if model == "smollm2" else model)) as f:
-        lcfg = llama.LlamaConfig.from_gguf(f)
-        yield f, lambda g, f: llama.build(g, f, lcfg, min(llama.DEFAULT_CONTEXT, lcfg.context))
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -99,11 +100,14 @@ class LoadResult:
     max_abs_error: float | None
 
 
-def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Callable[[ComputeGraph], None],
-                   check: Callable[[ComputeGraph], tuple[np.ndarray, np.ndarray]], trace: str | None,
-                   progress: bool, verify: bool = True) -> LoadResult:
+Build = Callable[[ComputeGraph], None]
+Check = Callable[[ComputeGraph], tuple[np.ndarray, np.ndarray]]
+
+
+def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Build, check: Check | None,
+                   trace: str | None, progress: bool) -> LoadResult:
     """Build, prepare (pipelines outside the timing), prepack in ``mode`` with peak RSS measured,
-    then (``verify``) run once and compare (got, expected)."""
+    then run once and compare (got, expected) unless ``check`` is None."""
     with ComputeGraph(cfg) as g:
         build(g)
         g.prepare()
@@ -116,7 +120,7 @@ def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Callable[[Com
                 report = g.run_prepack(show)
         if trace:
             report.write_trace(trace)
-        if not verify:
+        if check is None:
             return LoadResult(model, report, rss.delta, rss.anon_delta, None, None)
         got, expect = check(g)
     return LoadResult(model, report, rss.delta, rss.anon_delta, outputs_match(got, expect),
@@ -143,20 +147,47 @@ def model_kind(model: str) -> str:
 
 def load_model(model: str, mode: str, config_path: str | None = None, *, trace: str | None = None,
                progress: bool = False, verify: bool = True) -> LoadResult:
-    """One measured load of ``synthetic:<MB>``, ``minilm``, ``smollm2``, a BERT checkpoint
-    directory or a llama GGUF; ``verify=False`` skips running the model and its reference."""
-    kind = model_kind(model)
+    """One measured load of a model :func:`open_model` knows; ``verify=False`` skips running
+    the model and its reference."""
+    model_kind(model)
     cfg = config_for(mode, config_path, model)
+    with open_model(model) as (build, check):
+        return _measured_load(model, cfg, mode, build, check if verify else None, trace, progress)
+
+
+@contextlib.contextmanager
+def open_model(model: str) -> Iterator[tuple[Build, Check]]:
+    """Open the weights of ``synthetic:<MB>``, ``minilm``, ``smollm2``, a BERT checkpoint
+    directory or a llama GGUF (files stay open inside the block) and yield (build: add the
+    model's nodes to a graph, check: run the prepacked graph and its numpy reference). For llama
+    the check runs a short prompt through the one-token graph and compares every position's
+    logits."""
+    kind = model_kind(model)
     if kind == "synthetic":
         spec = synthetic.SyntheticSpec.for_size(synthetic.parse_model_name(model))
         path = synthetic.weights_path(spec)  # generated before anything is measured
         ids = synthetic.sample_ids(spec)
         with SafetensorsFile(path) as st:
-            return _measured_load(
-                model, cfg, mode, lambda g: synthetic.build(g, st, spec),
-                lambda g: (g.execute({"ids": ids})["logits"], synthetic.reference(st, spec, ids)), trace, progress, verify)
+            yield (lambda g: synthetic.build(g, st, spec),
+                   lambda g: (g.execute({"ids": ids})["logits"], synthetic.reference(st, spec, ids)))
+        return
     if kind == "llama":
-        return _load_llama(model, cfg, mode, trace, progress, verify)
+        from .models import llama
+        from .models.gguf_file import GGUFFile
+
+        path = llama.gguf_path(None if model == "smollm2" else model)
+        with GGUFFile(path) as f:
+            lcfg = llama.LlamaConfig.from_gguf(f)
+            ids = llama.BPETokenizer(f.metadata, str(path)).encode(SAMPLE_PROMPT)
+            ctx = min(llama.DEFAULT_CONTEXT, lcfg.context)
+
+            def check(g: ComputeGraph) -> tuple[np.ndarray, np.ndarray]:
+                got = [g.execute({"ids": np.array([t], np.int32), "step": np.array([p, 0], np.uint32)})["logits"][0]
+                       for p, t in enumerate(ids)]
+                return np.array(got), llama.reference_logits(f, lcfg, ids)
+
+            yield lambda g: llama.build(g, f, lcfg, ctx), check
+        return
     from .models import minilm
 
     d = minilm.model_dir(None if model == "minilm" else model)
@@ -164,31 +195,8 @@ def load_model(model: str, mode: str, config_path: str | None = None, *, trace: 
     tok = minilm.WordPieceTokenizer(d / "tokenizer.json")
     inputs, seq = minilm.encode_inputs(tok, list(SAMPLE_TEXTS), minilm.MAX_SEQ_LENGTH)
     with SafetensorsFile(d / "model.safetensors") as st:
-        return _measured_load(
-            model, cfg, mode, lambda g: minilm.build(g, st, bert, len(SAMPLE_TEXTS), seq),
-            lambda g: (g.execute(inputs)["embeddings"], minilm.reference(st, bert, inputs, len(SAMPLE_TEXTS), seq)),
-            trace, progress, verify)
-
-
-def _load_llama(model: str, cfg: GraphConfig, mode: str, trace: str | None, progress: bool,
-                verify: bool = True) -> LoadResult:
-    """A measured load of a llama GGUF; the check runs a short prompt through the one-token graph
-    and compares every position's logits with the numpy reference."""
-    from .models import llama
-    from .models.gguf_file import GGUFFile
-
-    path = llama.gguf_path(None if model == "smollm2" else model)
-    with GGUFFile(path) as f:
-        lcfg = llama.LlamaConfig.from_gguf(f)
-        ids = llama.BPETokenizer(f.metadata, str(path)).encode(SAMPLE_PROMPT)
-        ctx = min(llama.DEFAULT_CONTEXT, lcfg.context)
-
-        def check(g: ComputeGraph) -> tuple[np.ndarray, np.ndarray]:
-            got = [g.execute({"ids": np.array([t], np.int32), "step": np.array([p, 0], np.uint32)})["logits"][0]
-                   for p, t in enumerate(ids)]
-            return np.array(got), llama.reference_logits(f, lcfg, ids)
-
-        return _measured_load(model, cfg, mode, lambda g: llama.build(g, f, lcfg, ctx), check, trace, progress, verify)
+        yield (lambda g: minilm.build(g, st, bert, len(SAMPLE_TEXTS), seq),
+               lambda g: (g.execute(inputs)["embeddings"], minilm.reference(st, bert, inputs, len(SAMPLE_TEXTS), seq)))
 
 
 SAMPLE_PROMPT = "The capital of France is"
