@@ -106,8 +106,80 @@ def _pack(dev: Device, packer: str, arrays: list[np.ndarray], quant: str = "") -
         return r.cpu_encode_s, r.gpu_s, sum(g.values[x].nbytes for x in refs)
 
 
-def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 5) -> tuple[Profile, dict[str, Any]]:
-    """Micro-benchmarks on ``device``; returns the profile and the raw measurements."""
+def _cpu_work(src: np.ndarray, dst: np.ndarray, units: int) -> tuple[float, float]:
+    """Encode-like CPU work: per unit, copy ``src`` into ``dst`` and some interpreter work.
+    Returns (start, end) on the perf_counter clock."""
+    t0 = time.perf_counter()
+    for u in range(units):
+        off = (u * src.nbytes) % (dst.nbytes - src.nbytes)
+        dst[off:off + src.nbytes] = src
+        x = 0
+        for k in range(1500):
+            x += k
+    return t0, time.perf_counter()
+
+
+def _contention(dev: Device, arrays: list[np.ndarray], repeat: int) -> tuple[float, float]:
+    """(CPU rate, GPU rate) while both run, each relative to its speed alone. Rounds alternate a
+    packing command buffer alone, encode-like CPU work alone (about half the GPU's time), and
+    the two together; the rates come from the medians: over their overlap, each did its work
+    alone minus the time it ran outside the overlap."""
+    import threading
+
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 255, 256 << 10, dtype=np.uint8)
+    dst = np.ones(64 << 20, np.uint8)
+
+    def encoded() -> tuple[ComputeGraph, float]:
+        g = ComputeGraph(GraphConfig(), device=dev)
+        for i, a in enumerate(arrays):
+            g.prepack_tensor(g.add_tensorref(a, f"w{i}"), "linear_4x4")
+        g.prepare()
+        t0 = time.perf_counter()  # the report's times are relative to the start of encode_prepack
+        g.encode_prepack()
+        return g, t0
+
+    g, _ = encoded()
+    with g:
+        g.prepack()  # warm-up (the memory it frees is what the next graphs get)
+    c0, c1 = _cpu_work(src, dst, 20)
+    t_unit = (c1 - c0) / 20
+    gpu_alone, cpu_alone, gpu_both, cpu_both, overlaps = [], [], [], [], []
+    units = 0
+    for _ in range(repeat):
+        g, _ = encoded()
+        with g:
+            gpu_alone.append(g.prepack().gpu_s)
+        units = units or max(10, int(gpu_alone[0] / 2 / t_unit))
+        c0, c1 = _cpu_work(src, dst, units)
+        cpu_alone.append(c1 - c0)
+        g, t0 = encoded()
+        with g:
+            box: dict[str, Any] = {}
+            th = threading.Thread(target=lambda: box.setdefault("report", g.prepack()))
+            th.start()
+            c0, c1 = _cpu_work(src, dst, units)
+            th.join()
+        span = box["report"].spans[0]
+        gpu_both.append(span.gpu_s)
+        cpu_both.append(c1 - c0)
+        overlaps.append(min(c1, t0 + span.gpu_end_s) - max(c0, t0 + span.gpu_start_s))
+    med = statistics.median
+    overlap = med(overlaps)
+    if overlap <= 0:
+        return 1.0, 1.0
+    clamp = lambda v: min(1.0, max(0.05, v))  # noqa: E731
+    return (clamp((med(cpu_alone) - med(cpu_both) + overlap) / overlap),
+            clamp((med(gpu_alone) - med(gpu_both) + overlap) / overlap))
+
+
+def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Profile, dict[str, Any]]:
+    """Micro-benchmarks on ``device``; returns the profile and the raw measurements.
+
+    Packing is measured the way a load packs: several tensors per command buffer, after a
+    warm-up graph, so that the packed tensors get memory the previous graph freed (on lavapipe,
+    where device memory is the process's heap, packing into pages never touched before is about
+    twice as slow, and only the first load of a process does that for all its weights)."""
     import gguf
     from gguf.quants import quantize
 
@@ -121,29 +193,32 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 5) -> tuple[Pr
     encode_node_s = max(enc / len(tiny), 1e-6)
     dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
     rng = np.random.default_rng(1)
-    rows = size_mb * 64  # [rows, 4096] fp32 = size_mb MiB
-    big = rng.standard_normal((rows, 4096), dtype=np.float32)
+    rows = size_mb * 64  # [rows, 4096] fp32 = size_mb MiB, packed as 4 tensors
+    big = np.split(rng.standard_normal((rows, 4096), dtype=np.float32), 4)
     pack = {}
 
     def pack_gbps(packer: str, arrays: list[np.ndarray], quant: str = "") -> float:
-        """Median of ``repeat`` packings: single GPU timings on a shared machine vary by +-30%."""
+        """Median of ``repeat`` packings after a warm-up one: single GPU timings on a shared
+        machine vary by +-30%."""
+        _pack(device, packer, arrays, quant)
         runs = [_pack(device, packer, arrays, quant) for _ in range(repeat)]
-        return statistics.median(packed / max(gpu - dispatch_s, 1e-9) / 1e9 for _, gpu, packed in runs)
+        return statistics.median(packed / max(gpu - len(arrays) * dispatch_s, 1e-9) / 1e9 for _, gpu, packed in runs)
 
-    pack["linear_4x4"] = pack_gbps("linear_4x4", [big])
+    pack["linear_4x4"] = pack_gbps("linear_4x4", big)
     for fmt, kind in (("q4_0", gguf.GGMLQuantizationType.Q4_0), ("q4_1", gguf.GGMLQuantizationType.Q4_1),
                       ("q8_0", gguf.GGMLQuantizationType.Q8_0)):
-        pack[fmt] = pack_gbps(fmt, [quantize(big[: rows // 2], kind)], fmt)
+        pack[fmt] = pack_gbps(fmt, [quantize(a[: rows // 8], kind) for a in big], fmt)
     pack["default"] = pack["linear_4x4"]
     pack["identity"] = copy
+    cpu_rate, gpu_rate = _contention(device, big, repeat)
     p = device.physical
     profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
                       copy, fresh, encode_node_s, submit_s, fence_s, dispatch_s, pack,
                       source=f"vkgraph simulate --calibrate on {p.name} ({p.driver}), {datetime.date.today()}",
-                      source_read_gbps=source_read)
+                      source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate)
     raw = {"copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
-           "fence_latency_s": fence_s,
-           "encode_node_s": encode_node_s, "dispatch_s": dispatch_s, "pack_gbps": pack}
+           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "dispatch_s": dispatch_s, "pack_gbps": pack,
+           "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
 
 
@@ -170,6 +245,10 @@ dispatch_us = {p.dispatch_s * 1e6:.4g}
 
 [gpu.pack_gbps]
 {pack}
+
+[contention]  # speed of CPU encoding and GPU packing, relative to each alone, while both run
+cpu_rate = {p.cpu_rate:.3g}
+gpu_rate = {p.gpu_rate:.3g}
 """
 
 

@@ -9,6 +9,8 @@ It plans command buffers with the same :func:`~vkgraph.graph.scheduler.prepack_c
   memory for direct writes, at the bandwidth of fresh or already-touched pages), then submit.
 - GPU per batch: starts when submitted and the queue is free; each node costs a dispatch overhead
   plus its packed bytes over the packer kind's bandwidth.
+- While both encode and pack at once, each runs at its profile rate (``[contention]``) of its
+  speed alone: below 1 where the GPU is the CPU's own cores (lavapipe), 1 for separate hardware.
 - Reduce-peak mode waits for every batch (plus fence latency); legacy is one batch.
 
 A profile (TOML, see profiles/) holds the device's parameters.
@@ -60,6 +62,10 @@ class Profile:
     pack_gbps: dict[str, float]  # GPU packing bandwidth per packer kind ("default" for the rest)
     source: str = ""
     source_read_gbps: float = 0.0  # first read of weights through a file mapping (page faults); 0: free
+    #: speed of CPU encoding and of GPU packing, relative to each alone, while both run: below 1
+    #: where the "GPU" shares the CPU's cores (lavapipe, SwiftShader); 1.0 for separate hardware
+    cpu_rate: float = 1.0
+    gpu_rate: float = 1.0
 
     def pack_bandwidth(self, packer: str) -> float:
         return self.pack_gbps.get(packer, self.pack_gbps["default"]) * GB
@@ -88,6 +94,8 @@ def load_profile(path: str | Path) -> Profile:
             encode_node_s=float(cpu["encode_node_us"]) * 1e-6, submit_s=float(cpu["submit_us"]) * 1e-6,
             fence_latency_s=float(gpu["fence_latency_us"]) * 1e-6, dispatch_s=float(gpu["dispatch_us"]) * 1e-6,
             pack_gbps=pack, source=str(d.get("source", "")), source_read_gbps=float(cpu.get("source_read_gbps", 0.0)),
+            cpu_rate=float(d.get("contention", {}).get("cpu_rate", 1.0)),
+            gpu_rate=float(d.get("contention", {}).get("gpu_rate", 1.0)),
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
@@ -97,6 +105,9 @@ def load_profile(path: str | Path) -> Profile:
                    *((f"gpu.pack_gbps.{k}", v) for k, v in pack.items())):
         if v <= 0:
             raise ConfigError(str(p), key, f"must be > 0, got {v}")
+    for key, v in (("contention.cpu_rate", prof.cpu_rate), ("contention.gpu_rate", prof.gpu_rate)):
+        if not 0 < v <= 1:
+            raise ConfigError(str(p), key, f"must be in (0, 1], got {v}")
     return prof
 
 
@@ -274,47 +285,92 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
     ring = RingModel(capacity, align) if total_staged else None
     touched = 0  # staging bytes already first-touched (the ring reuses them)
 
-    cpu = gpu_free = fence_wait = encode = 0.0
-    done: dict[int, float] = {}
-    out: list[BatchTimeline] = []
+    # What each batch costs alone: CPU seconds to encode and submit it, GPU seconds to pack it,
+    # and the earlier batches whose staging it must wait for.
+    cpu_work, gpu_work, waits = [], [], []
     dispatches = 0
     for b, rng in enumerate(plan):
-        if ring is not None and batch_nbytes[b]:
-            for w in ring.reserve(batch_nbytes[b], b):
-                ready = done[w] + profile.fence_latency_s
-                if ready > cpu:
-                    fence_wait += ready - cpu
-                    cpu = ready
-        start = cpu
-        gpu_work = 0.0
+        waits.append(ring.reserve(batch_nbytes[b], b) if ring is not None and batch_nbytes[b] else [])
+        c = g = 0.0
         for i in rng:
             n = nodes[i]
-            t = profile.encode_node_s
+            c += profile.encode_node_s
             if profile.source_read_gbps > 0:  # weights come from file mappings: page faults on first read
-                t += n.src_nbytes / (profile.source_read_gbps * GB)
+                c += n.src_nbytes / (profile.source_read_gbps * GB)
             if direct(n):
-                t += n.src_nbytes / (profile.fresh_copy_gbps * GB)  # into fresh device pages
+                c += n.src_nbytes / (profile.fresh_copy_gbps * GB)  # into fresh device pages
+                continue
+            fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
+            touched += fresh
+            c += fresh / (profile.fresh_copy_gbps * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
+            if n.shader:
+                g += profile.dispatch_s + n.packed_nbytes / profile.pack_bandwidth(n.packer)
+                dispatches += 1
             else:
-                fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
-                touched += fresh
-                t += fresh / (profile.fresh_copy_gbps * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
-                if n.shader:
-                    gpu_work += profile.dispatch_s + n.packed_nbytes / profile.pack_bandwidth(n.packer)
-                    dispatches += 1
-                else:
-                    gpu_work += n.src_nbytes / profile.pack_bandwidth("identity")
-            cpu += t
-        cpu += profile.submit_s
-        encode += cpu - start
-        gpu_start = max(cpu, gpu_free)
-        gpu_free = done[b] = gpu_start + gpu_work
-        out.append(BatchTimeline(b, len(rng), sum(sizes[i] for i in rng), start, cpu, gpu_start, gpu_free))
-        if mode == "reduce-peak":
-            ready = gpu_free + profile.fence_latency_s
-            fence_wait += max(0.0, ready - cpu)
-            cpu = max(cpu, ready)
-    end = max(cpu, gpu_free + (profile.fence_latency_s if plan else 0.0))
-    fence_wait += max(0.0, end - cpu)
+                g += n.src_nbytes / profile.pack_bandwidth("identity")
+        cpu_work.append(c + profile.submit_s)
+        gpu_work.append(g)
+
+    out = _run_timelines(cpu_work, gpu_work, waits, [len(r) for r in plan],
+                         [sum(sizes[i] for i in r) for r in plan], profile, mode == "reduce-peak")
+    end = max([out[-1].cpu_end_s, out[-1].gpu_end_s + profile.fence_latency_s]) if out else 0.0
+    encode = sum(b.cpu_end_s - b.cpu_start_s for b in out)
     peak_staging = ring.capacity + ring.own_peak if ring else 0
-    return Simulation(mode, end, encode, fence_wait, sum(x.gpu_end_s - x.gpu_start_s for x in out), len(plan),
+    return Simulation(mode, end, encode, end - encode, sum(x.gpu_end_s - x.gpu_start_s for x in out), len(plan),
                       peak_staging, sum(n.packed_nbytes for n in nodes) + peak_staging, total, dispatches, out)
+
+
+def _run_timelines(cpu_work: list[float], gpu_work: list[float], waits: list[list[int]], nodes: list[int],
+                   staged: list[int], profile: Profile, wait_each: bool) -> list[BatchTimeline]:
+    """The CPU and the GPU queue as two timelines in one clock. The CPU, batch by batch, waits
+    for the fences of the batches whose staging it reuses (``waits``), encodes and submits the
+    batch (``cpu_work`` seconds alone), and with ``wait_each`` (reduce-peak) waits for its fence.
+    The GPU packs submitted batches in order (``gpu_work`` seconds alone). While both run they
+    share the device's processors: the CPU progresses at ``profile.cpu_rate`` and the GPU at
+    ``profile.gpu_rate`` of their speed alone (1.0: separate hardware)."""
+    n = len(cpu_work)
+    done: dict[int, float] = {}  # batch -> when the GPU finished it
+    out = [BatchTimeline(b, nodes[b], staged[b], 0.0, 0.0, 0.0, 0.0) for b in range(n)]
+    t = 0.0
+    cpu_b, cpu_left = 0, None  # batch the CPU is at; seconds of it left (None: waiting for fences)
+    queue: deque[int] = deque()
+    gpu_b, gpu_left = None, 0.0
+
+    def fences_for(b: int) -> list[int]:
+        return waits[b] + ([b - 1] if wait_each and b > 0 else [])
+
+    while len(done) < n:
+        if cpu_left is None and cpu_b < n:  # waiting: for fences, then start encoding
+            pending = [w for w in fences_for(cpu_b) if w not in done]
+            ready = max((done[w] + profile.fence_latency_s for w in fences_for(cpu_b) if w in done), default=0.0)
+            if not pending and ready <= t:
+                cpu_left = cpu_work[cpu_b]
+                out[cpu_b].cpu_start_s = t
+        if gpu_b is None and queue:
+            gpu_b = queue.popleft()
+            gpu_left = gpu_work[gpu_b]
+            out[gpu_b].gpu_start_s = t
+        cpu_on, gpu_on = cpu_left is not None, gpu_b is not None
+        rc = profile.cpu_rate if gpu_on else 1.0
+        rg = profile.gpu_rate if cpu_on else 1.0
+        steps = []
+        if cpu_on:
+            steps.append(cpu_left / rc)
+        if gpu_on:
+            steps.append(gpu_left / rg)
+        if cpu_left is None and cpu_b < n and not pending:
+            steps.append(ready - t)
+        dt = min(steps)
+        t += dt
+        if cpu_on:
+            cpu_left -= dt * rc
+            if cpu_left <= 1e-12:
+                out[cpu_b].cpu_end_s = t
+                queue.append(cpu_b)
+                cpu_b, cpu_left = cpu_b + 1, None
+        if gpu_on:
+            gpu_left -= dt * rg
+            if gpu_left <= 1e-12:
+                out[gpu_b].gpu_end_s = done[gpu_b] = t
+                gpu_b = None
+    return out

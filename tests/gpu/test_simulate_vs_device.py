@@ -42,8 +42,10 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert math.isfinite(profile.source_read_gbps) and profile.source_read_gbps >= 0  # 0: no measurable cost
     assert profile.submit_s >= 0 and profile.fence_latency_s >= 0
     assert profile.encode_node_s < 0.1 and profile.copy_gbps < 1000  # seconds per node, GB/s: plausible magnitudes
+    assert 0 < profile.cpu_rate <= 1 and 0 < profile.gpu_rate <= 1, raw
     path = tmp_path / "p.toml"
     path.write_text(profile_toml(profile))
     again = load_profile(path)  # the written profile loads and simulates
     assert again.pack_gbps == pytest.approx(profile.pack_gbps, rel=1e-3)
+    assert (again.cpu_rate, again.gpu_rate) == pytest.approx((profile.cpu_rate, profile.gpu_rate), rel=1e-2)
     assert simulate(model_nodes("synthetic:8"), GraphConfig(), again).load_s > 0

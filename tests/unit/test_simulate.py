@@ -74,3 +74,39 @@ def test_bad_profiles(tmp_path):
         load_profile(p)
     with pytest.raises(ConfigError, match="no such profile"):
         load_profile(tmp_path / "none.toml")
+
+
+def test_contention_slows_only_overlapping_work():
+    """Shared processors (rates < 1) slow a staged load, where CPU encoding and GPU packing
+    overlap, and leave legacy and reduce-peak loads, where they take turns, as they were."""
+    nodes = model_nodes("synthetic:64")
+    cfg = GraphConfig()
+    alone = dataclasses.replace(PROFILE, cpu_rate=1.0, gpu_rate=1.0)
+    shared = dataclasses.replace(PROFILE, cpu_rate=0.5, gpu_rate=0.6)
+    for mode in ("legacy", "reduce-peak"):
+        a, s = simulate(nodes, cfg, alone, mode), simulate(nodes, cfg, shared, mode)
+        assert s.load_s == pytest.approx(a.load_s) and s.cpu_encode_s == pytest.approx(a.cpu_encode_s)
+    a, s = simulate(nodes, cfg, alone, "staged"), simulate(nodes, cfg, shared, "staged")
+    assert s.load_s > a.load_s and s.cpu_encode_s > a.cpu_encode_s and s.gpu_s > a.gpu_s
+    # rates adding up to at least 1: never slower than the CPU and the GPU taking turns
+    assert s.load_s <= a.cpu_encode_s + a.gpu_s + s.submits * PROFILE.fence_latency_s
+    assert all(b.gpu_start_s >= b.cpu_end_s for b in s.batches)
+
+
+def test_staged_timeline_without_contention_is_max_of_cpu_and_gpu():
+    """With separate hardware, one batch's GPU work starts at its submit and batches queue."""
+    nodes = nodes_of([4096] * 6)
+    cfg = GraphConfig().replace(prepack__threshold_nodes=1, prepack__initial_threshold_nodes=1)
+    p = dataclasses.replace(PROFILE, cpu_rate=1.0, gpu_rate=1.0)
+    s = simulate(nodes, cfg, p, "staged")
+    for prev, b in zip(s.batches, s.batches[1:]):
+        assert b.gpu_start_s == pytest.approx(max(b.cpu_end_s, prev.gpu_end_s))
+        assert b.cpu_start_s == pytest.approx(prev.cpu_end_s)  # the ring never fills here
+
+
+def test_bad_contention_rate(tmp_path):
+    text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
+    p = tmp_path / "p.toml"
+    p.write_text(text.split("[contention]")[0] + "[contention]\ncpu_rate = 1.5\n")
+    with pytest.raises(ConfigError, match="contention.cpu_rate: must be in"):
+        load_profile(p)
