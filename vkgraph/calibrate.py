@@ -96,14 +96,28 @@ def _round_trip(dev: Device) -> tuple[float, float]:
     return s, max(statistics.median(trips) - s, 0.0)
 
 
-def _pack(dev: Device, packer: str, arrays: list[np.ndarray], quant: str = "") -> tuple[float, float, int]:
-    """(CPU encode s, GPU s, packed bytes) of packing ``arrays`` in one legacy command buffer."""
-    with ComputeGraph(GraphConfig(), device=dev) as g:
+def _encoded(dev: Device, packer: str, arrays: list[np.ndarray], quant: str = "") -> tuple[ComputeGraph, int, float]:
+    """A graph packing ``arrays`` in one legacy command buffer, encoded and not submitted: (graph,
+    packed bytes, perf_counter at the start of encoding, which the load report's times are
+    relative to)."""
+    g = ComputeGraph(GraphConfig(), device=dev)
+    try:
         refs = [g.prepack_tensor(g.add_tensorref(a, f"w{i}", quant=quant), packer) for i, a in enumerate(arrays)]
         g.prepare()
+        t0 = time.perf_counter()
         g.encode_prepack()
+    except BaseException:
+        g.destroy()
+        raise
+    return g, sum(g.values[x].nbytes for x in refs), t0
+
+
+def _pack(dev: Device, packer: str, arrays: list[np.ndarray], quant: str = "") -> tuple[float, float, int]:
+    """(CPU encode s, GPU s, packed bytes) of packing ``arrays`` in one legacy command buffer."""
+    g, packed, _ = _encoded(dev, packer, arrays, quant)
+    with g:
         r = g.prepack()
-        return r.cpu_encode_s, r.gpu_s, sum(g.values[x].nbytes for x in refs)
+        return r.cpu_encode_s, r.gpu_s, packed
 
 
 def _cpu_work(src: np.ndarray, dst: np.ndarray, units: int) -> tuple[float, float]:
@@ -130,30 +144,17 @@ def _contention(dev: Device, arrays: list[np.ndarray], repeat: int) -> tuple[flo
     src = rng.integers(0, 255, 256 << 10, dtype=np.uint8)
     dst = np.ones(64 << 20, np.uint8)
 
-    def encoded() -> tuple[ComputeGraph, float]:
-        g = ComputeGraph(GraphConfig(), device=dev)
-        for i, a in enumerate(arrays):
-            g.prepack_tensor(g.add_tensorref(a, f"w{i}"), "linear_4x4")
-        g.prepare()
-        t0 = time.perf_counter()  # the report's times are relative to the start of encode_prepack
-        g.encode_prepack()
-        return g, t0
-
-    g, _ = encoded()
-    with g:
-        g.prepack()  # warm-up (the memory it frees is what the next graphs get)
+    _pack(dev, "linear_4x4", arrays)  # warm-up (the memory it frees is what the next graphs get)
     c0, c1 = _cpu_work(src, dst, 20)
     t_unit = (c1 - c0) / 20
     gpu_alone, cpu_alone, gpu_both, cpu_both, overlaps = [], [], [], [], []
     units = 0
     for _ in range(repeat):
-        g, _ = encoded()
-        with g:
-            gpu_alone.append(g.prepack().gpu_s)
+        gpu_alone.append(_pack(dev, "linear_4x4", arrays)[1])
         units = units or max(10, int(gpu_alone[0] / 2 / t_unit))
         c0, c1 = _cpu_work(src, dst, units)
         cpu_alone.append(c1 - c0)
-        g, t0 = encoded()
+        g, _, t0 = _encoded(dev, "linear_4x4", arrays)
         with g:
             box: dict[str, Any] = {}
             th = threading.Thread(target=lambda: box.setdefault("report", g.prepack()))

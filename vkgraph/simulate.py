@@ -340,11 +340,11 @@ def _run_timelines(cpu_work: list[float], gpu_work: list[float], waits: list[lis
         return waits[b] + ([b - 1] if wait_each and b > 0 else [])
 
     while len(done) < n:
-        if cpu_left is None and cpu_b < n:  # waiting: for fences, then start encoding
-            pending = [w for w in fences_for(cpu_b) if w not in done]
-            ready = max((done[w] + profile.fence_latency_s for w in fences_for(cpu_b) if w in done), default=0.0)
-            if not pending and ready <= t:
-                cpu_left = cpu_work[cpu_b]
+        ready = None  # when the CPU may start its next batch, once every fence it needs has signalled
+        if cpu_left is None and cpu_b < n and all(w in done for w in fences_for(cpu_b)):
+            ready = max((done[w] + profile.fence_latency_s for w in fences_for(cpu_b)), default=t)
+            if ready <= t:
+                cpu_left, ready = cpu_work[cpu_b], None
                 out[cpu_b].cpu_start_s = t
         if gpu_b is None and queue:
             gpu_b = queue.popleft()
@@ -358,7 +358,7 @@ def _run_timelines(cpu_work: list[float], gpu_work: list[float], waits: list[lis
             steps.append(cpu_left / rc)
         if gpu_on:
             steps.append(gpu_left / rg)
-        if cpu_left is None and cpu_b < n and not pending:
+        if ready is not None:
             steps.append(ready - t)
         dt = min(steps)
         t += dt
