@@ -203,7 +203,8 @@ def model_nodes(model: str) -> list[SimNode]:
 
 class RingModel:
     """StagingRing's reserve/retire rule on numbers: regions per batch, reused only after the batch
-    that read them finished; reserving waits (oldest first) while the new region would overlap."""
+    that read them finished; reserving waits (oldest first) while the new region would overlap. A
+    batch larger than the ring waits for the previous such batch (whose own buffer is then freed)."""
 
     def __init__(self, capacity: int, alignment: int):
         self.alignment = alignment
@@ -211,13 +212,16 @@ class RingModel:
         self.head = 0
         self.live: deque[tuple[int, int, int]] = deque()  # (start, end, batch)
         self.own_peak = 0
+        self.own_batch: int | None = None  # the last batch larger than the ring (own buffer)
 
     def reserve(self, nbytes: int, batch: int) -> list[int]:
         """Batches to wait for before the region is free; records the region."""
         nbytes = align_up(max(nbytes, 1), self.alignment)
-        if nbytes > self.capacity:
+        if nbytes > self.capacity:  # its own buffer, once the previous oversized batch's is freed
             self.own_peak = max(self.own_peak, nbytes)
-            return []
+            waits = [] if self.own_batch is None else [self.own_batch]
+            self.own_batch = batch
+            return waits
         waits = []
         while True:
             start = self.head if self.head + nbytes <= self.capacity else 0

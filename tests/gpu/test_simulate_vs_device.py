@@ -12,11 +12,12 @@ from vkgraph.models.safetensors import SafetensorsFile
 from vkgraph.simulate import load_profile, model_nodes, simulate
 
 
-@pytest.mark.parametrize("mode", ["legacy", "staged", "reduce-peak"])
-def test_plan_and_peak_staging_match_the_device(device, compiler, tmp_path, mode):
+@pytest.mark.parametrize("mode,ring", [("legacy", 1 << 20), ("staged", 1 << 20), ("reduce-peak", 1 << 20),
+                                       ("staged", 128 << 10)])  # the last: every batch larger than the ring
+def test_plan_and_peak_staging_match_the_device(device, compiler, tmp_path, mode, ring):
     spec = synthetic.SyntheticSpec.for_size(8)
     cfg = GraphConfig().replace(prepack__threshold_nbytes=256 << 10, prepack__initial_threshold_nbytes=64 << 10,
-                                prepack__staging_ring_nbytes=1 << 20, prepack__reduce_peak_memory=(mode == "reduce-peak"))
+                                prepack__staging_ring_nbytes=ring, prepack__reduce_peak_memory=(mode == "reduce-peak"))
     with SafetensorsFile(synthetic.weights_path(spec, tmp_path)) as st, ComputeGraph(cfg, device=device, compiler=compiler) as g:
         synthetic.build(g, st, spec)
         report = g.prepack() if mode == "legacy" else g.run_prepack()

@@ -44,6 +44,18 @@ def test_modes_and_memory():
         assert all(b.gpu_start_s >= b.cpu_end_s for b in s.batches)  # the GPU starts after the submit
 
 
+def test_batches_larger_than_the_ring_take_turns():
+    """Each batch larger than the ring gets staging of its own, allocated only once the previous
+    one's buffer is free: peak staging is the ring plus the largest batch, however fast the CPU."""
+    cfg = GraphConfig().replace(prepack__threshold_nbytes=64 * KiB, prepack__initial_threshold_nbytes=64 * KiB,
+                                prepack__staging_ring_nbytes=32 * KiB)
+    sim = simulate(nodes_of([48 * KiB] * 6), cfg, PROFILE, "staged")
+    assert sim.submits == 3 and all(b.staging_nbytes == 96 * KiB for b in sim.batches)
+    assert sim.peak_staging_nbytes == 32 * KiB + 96 * KiB
+    for prev, b in zip(sim.batches, sim.batches[1:]):
+        assert b.cpu_start_s >= prev.gpu_end_s + PROFILE.fence_latency_s
+
+
 def test_faster_device_loads_faster():
     nodes = model_nodes("synthetic:64")
     fast = dataclasses.replace(PROFILE, pack_gbps={k: v * 10 for k, v in PROFILE.pack_gbps.items()})

@@ -4,7 +4,8 @@ Each command buffer (batch) reserves one contiguous region for the bytes its nod
 region is reused only after the fence of the batch that read it has signalled; the CPU waits
 (on the oldest batch first) only when a new reservation would overlap a live region, i.e. when
 the ring is full. A batch larger than the whole ring gets a buffer of its own, freed when its
-fence signals.
+fence signals; before allocating one, the CPU waits for the previous such batch, so that peak
+staging stays within the ring plus the largest oversized batch.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class StagingRing:
         nbytes = align_up(max(nbytes, 1), self.alignment)
         self._collect_own()
         if nbytes > self.capacity:
+            self._retire_own()
             buf = Buffer(self.device, nbytes, MemoryKind.UPLOAD, STAGING_USAGE, name="staging (oversized batch)")
             self._own.append((buf, None))
             self.live_nbytes += buf.nbytes
@@ -106,6 +108,16 @@ class StagingRing:
         if fence is None:
             raise AssertionError("the staging ring is full of regions that were never submitted")
         self._wait(fence)
+
+    def _retire_own(self) -> None:
+        """Wait for every oversized batch's buffer and free it."""
+        for buf, fence in self._own:
+            if fence is None:
+                raise AssertionError("an oversized staging buffer was never submitted")
+            self._wait(fence)
+            self.live_nbytes -= buf.nbytes
+            buf.destroy()
+        self._own.clear()
 
     def _collect_own(self) -> None:
         keep = []
