@@ -95,14 +95,16 @@ def test_batch_larger_than_ring_gets_its_own_staging(device, compiler):
     with graph(device, compiler, prepack__staging_ring_nbytes=16 * KiB, prepack__threshold_nbytes=KiB,
                prepack__initial_threshold_nbytes=KiB) as g:
         small = [rng.standard_normal((8, 8)).astype(np.float32) for _ in range(3)]
-        big = rng.standard_normal((128, 100)).astype(np.float32)  # 50 KiB > ring
+        bigs = [rng.standard_normal((128, 100 + i)).astype(np.float32) for i in range(3)]  # 50 KiB each > ring
         refs = [g.prepack_tensor(g.add_tensorref(w, f"s{i}"), "transposed") for i, w in enumerate(small)]
-        big_ref = g.prepack_tensor(g.add_tensorref(big, "big"), "linear_4x4")
+        big_refs = [g.prepack_tensor(g.add_tensorref(b, f"big{i}"), "linear_4x4") for i, b in enumerate(bigs)]
         refs.append(g.prepack_tensor(g.add_tensorref(small[0], "tail"), "transposed"))
         report = g.run_prepack()
-        np.testing.assert_array_equal(g.read_tensor(big_ref), ref_linear_4x4(big).reshape(-1).view(np.uint8))
+        for ref, b in zip(big_refs, bigs):
+            np.testing.assert_array_equal(g.read_tensor(ref), ref_linear_4x4(b).reshape(-1).view(np.uint8))
         np.testing.assert_array_equal(g.read_tensor(refs[-1]), small[0].T.reshape(-1).view(np.uint8))
-    assert report.peak_staging_nbytes >= big.nbytes
+    # one oversized batch at a time: the ring plus the largest batch, never two of them
+    assert max(b.nbytes for b in bigs) <= report.peak_staging_nbytes - 16 * KiB <= max(report.bytes_per_submit) + g.staging_alignment
 
 
 def test_sources_are_released_after_their_last_reader(device, compiler):
