@@ -225,6 +225,17 @@ def bench_json(r: LoadResult, mode: str = "") -> dict[str, Any]:
     }
 
 
+#: loads of a process before its loads settle: the first pays first-touch page faults on memory
+#: the process never had; the second pays them again for most of its packed weights, because the
+#: first load's frees raised glibc's dynamic mmap threshold, so the second load's allocations move
+#: from fresh mappings into the heap, which must grow. From the third load on, loads reuse the
+#: pages the previous one freed (benchmarks/page_faults.py, staged synthetic:1024: 1065, 746, 13
+#: and 12 MiB faulted in four loads; with the thresholds fixed from the start at what the first
+#: load's frees set, MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864, synthetic:256
+#: faulted 288, 13, 12, 12 MiB: the second load was already settled).
+SETTLING_LOADS = 2
+
+
 def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: int = 1,
                        check: str = "every") -> list[dict[str, Any]]:
     """``vkgraph bench load --json`` in a fresh process (``loads`` loads in it, ``check``: "every"

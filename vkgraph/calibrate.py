@@ -258,43 +258,50 @@ VALIDATE_MODES = ("legacy", "staged", "reduce-peak")
 
 
 def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repeat: int = 1,
-             config: str | None = None, progress=None, loads: int = 3) -> list[dict[str, Any]]:
+             config: str | None = None, progress=None, loads: int = 4) -> list[dict[str, Any]]:
     """Simulated vs measured load time and peak staging. Each cell is measured in ``repeat``
     fresh processes, interleaved round by round so that drift of the machine hits every cell
-    alike; each process loads ``loads`` times. The first load of a process pays first-touch page
-    faults on memory the process never had, which on a VM can cost several times the load
-    itself and varies from run to run; the later loads reuse memory the process already had.
-    The loads follow each other with nothing in between (only the last is checked against the
-    model's reference): work between loads changes which pages the next one gets, and on a VM
-    pages the host must back again cost several times more to touch (benchmarks/fresh_pages.py).
-    Rows carry both: ``fresh_*`` (first loads) and ``measured_*`` (later loads; median, min, max),
-    and the error is against the later loads' median."""
-    from .bench import config_for, load_in_subprocess
+    alike; each process loads ``loads`` times. The first :data:`~vkgraph.bench.SETTLING_LOADS` loads of a process
+    pay page faults on memory the process does not hold yet, which on a VM can cost several times
+    the load itself and varies from run to run; the later loads reuse memory the process already
+    had, as the simulator assumes. The loads follow each other with nothing in between (only the
+    last is checked against the model's reference): work between loads changes which pages the
+    next one gets, and on a VM pages the host must back again cost several times more to touch
+    (benchmarks/fresh_pages.py). Rows carry the first loads (``fresh_*``), the second loads
+    (``second_*``) and the settled ones (``measured_*``; median, min, max); the error is against
+    the settled loads' median."""
+    from .bench import SETTLING_LOADS, config_for, load_in_subprocess
 
+    if loads <= SETTLING_LOADS:
+        raise ValueError(f"--loads must be > {SETTLING_LOADS}: the first {SETTLING_LOADS} loads of a process "
+                         "fault in memory the process does not hold yet and are not compared")
     profile = load_profile(profile_name)
     cells = [(model, mode) for model in models for mode in VALIDATE_MODES]
     fresh: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
-    warm: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
+    second: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
+    settled: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
     for r in range(repeat):
         for i, (model, mode) in enumerate(cells):
             results = load_in_subprocess(model, mode, config, loads, check="last")
             fresh[(model, mode)].append(results[0])
-            warm[(model, mode)] += results[1:] or results
+            second[(model, mode)].append(results[1])
+            settled[(model, mode)] += results[SETTLING_LOADS:]
             if progress:
                 progress(r * len(cells) + i + 1, repeat * len(cells))
     rows = []
     for model in models:
         nodes = model_nodes(model)
         for mode in VALIDATE_MODES:
-            times = [x["load_s"] for x in warm[(model, mode)]]
+            times = [x["load_s"] for x in settled[(model, mode)]]
             first = [x["load_s"] for x in fresh[(model, mode)]]
             m_load = statistics.median(times)
-            m_staging = warm[(model, mode)][0]["peak_staging_nbytes"]
+            m_staging = settled[(model, mode)][0]["peak_staging_nbytes"]
             sim = simulate(nodes, config_for(mode, config), profile, mode)
             rows.append({"model": model, "mode": mode, "measured_load_s": m_load, "measured_min_s": min(times),
                          "measured_max_s": max(times), "fresh_load_s": statistics.median(first),
-                         "fresh_min_s": min(first), "fresh_max_s": max(first), "simulated_load_s": sim.load_s,
-                         "load_error": sim.load_s / m_load - 1,
+                         "fresh_min_s": min(first), "fresh_max_s": max(first),
+                         "second_load_s": statistics.median(x["load_s"] for x in second[(model, mode)]),
+                         "simulated_load_s": sim.load_s, "load_error": sim.load_s / m_load - 1,
                          "measured_peak_staging": m_staging, "simulated_peak_staging": sim.peak_staging_nbytes,
                          "staging_error": (sim.peak_staging_nbytes / m_staging - 1) if m_staging else 0.0})
     return rows

@@ -240,13 +240,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 0
     print(f"simulated ({args.profile}) vs measured ({args.repeat} fresh processes, interleaved; "
           f"{args.loads} loads each):\n")
-    print("| model | mode | measured load_s, later loads: median (min..max) | simulated | error "
-          "| first load of a process: median (min..max) | peak staging measured / simulated | error |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | mode | measured load_s, settled loads (3rd on): median (min..max) | simulated | error "
+          "| 1st load of a process: median (min..max) | 2nd load: median | peak staging measured / simulated | error |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['mode']} | {r['measured_load_s']:.3f} ({r['measured_min_s']:.3f}.."
               f"{r['measured_max_s']:.3f}) | {r['simulated_load_s']:.3f} | {r['load_error']:+.0%} | "
-              f"{r['fresh_load_s']:.3f} ({r['fresh_min_s']:.3f}..{r['fresh_max_s']:.3f}) | "
+              f"{r['fresh_load_s']:.3f} ({r['fresh_min_s']:.3f}..{r['fresh_max_s']:.3f}) | {r['second_load_s']:.3f} | "
               f"{r['measured_peak_staging'] / 2**20:.1f} / {r['simulated_peak_staging'] / 2**20:.1f} MiB | "
               f"{r['staging_error']:+.1%} |")
     return 0
@@ -295,33 +295,39 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from .bench import terminal_progress
     from .runtime import Instance
-    from .tune import (DEFAULT, GRID, Point, best_within, confirm, dominates, grid_points, pareto, plot_tune, tune,
-                       tuned_config)
+    from .tune import (ALPHA, DEFAULT, GRID, Point, best_within, confirm, dominates, grid_points, pareto, plot_tune,
+                       pooled, tune, tuned_config)
 
     points = grid_points(GRID if not args.quick else {k: v[:1] if k != "reduce_peak_memory" else v
                                                        for k, v in GRID.items()})
     if not any(p.prepack == DEFAULT for p in points):
         points.append(Point(dict(DEFAULT)))
-    measured = tune(args.model, args.repeat, points, None if args.json else terminal_progress("tune", "loads"))
-    default = next(p for p in measured if p.prepack == DEFAULT)
-    front = pareto(measured)
+    swept = tune(args.model, args.repeat, points, None if args.json else terminal_progress("tune", "loads"))
     budget = args.max_peak_mb * (1 << 20) if args.max_peak_mb else None
-    fits = sorted((p for p in measured if budget is None or p.peak_nbytes <= budget), key=lambda p: p.load_s)
+    fits = sorted((p for p in swept if budget is None or p.peak_nbytes <= budget), key=lambda p: p.load_s)
     if not fits:
         print(f"no config fits --max-peak-mb {args.max_peak_mb}", file=sys.stderr)
         return 1
-    chosen, conf, note = best_within(measured, budget), None, "Chosen from the sweep alone (--confirm 0)."
+    measured, conf, note = swept, None, "Chosen from the sweep alone (--confirm 0)."
+    chosen = best_within(swept, budget)
     if args.confirm > 0:
+        default = next(p for p in swept if p.prepack == DEFAULT)
         finalists = [p for p in fits if p.prepack != DEFAULT][: args.finalists]
-        conf = confirm(args.model, finalists, DEFAULT, args.confirm, None if args.json else terminal_progress("confirm", "loads"))
-        default_fits = budget is None or conf.default.peak_nbytes <= budget
-        if default_fits:
+        # the configs that put the default off the sweep's front get a second look too
+        challengers = [q for q in swept if q is not default and dominates(q, default)]
+        conf = confirm(args.model, finalists + challengers, DEFAULT, args.confirm,
+                       None if args.json else terminal_progress("confirm", "loads"))
+        measured = pooled(swept, conf)
+        if budget is None or conf.default.peak_nbytes <= budget:
             chosen = conf.winner
             note = ("Faster than the default beyond the noise in interleaved confirmation rounds." if conf.significant
                     else "No swept config beat configs/default.toml beyond the measurement noise: these are its values.")
         else:
-            chosen = min(conf.points[:-1], key=lambda p: p.load_s)
+            chosen = min((p for p in conf.points[:-1] if p.peak_nbytes <= budget), key=lambda p: p.load_s,
+                         default=None) or chosen
             note = "configs/default.toml does not fit the memory budget; fastest confirmed finalist."
+    default = next(p for p in measured if p.prepack == DEFAULT)
+    front = pareto(measured)
     with Instance() as inst:
         device = inst.physical_devices()[0].name
     if args.out:
@@ -336,25 +342,29 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 "runs": p.runs, "peak_nbytes": p.peak_nbytes, "peak_rss_delta_nbytes": p.rss_peak_nbytes,
                 "first_load_s": p.first_load_s}
 
+    beaten_by = [q for q in measured if q is not default and dominates(q, default)]
     if args.json:
         print(json.dumps({"points": [row(p) for p in measured], "pareto": [measured.index(p) for p in front],
                           "best": next(i for i, p in enumerate(measured) if p.prepack == chosen.prepack),
-                          "default": measured.index(default), "chosen": row(chosen),
+                          "default": measured.index(default), "default_on_front": default in front,
+                          "default_beaten_by": [measured.index(q) for q in beaten_by], "chosen": row(chosen),
                           "chosen_is_default": chosen.prepack == DEFAULT,
                           "confirmation": [row(p) for p in conf.points] if conf else []}))
         return 0
-    print(f"\n{args.model}: {len(measured)} configs, {args.repeat} fresh process(es) each; load_s is the "
-          "second load of each process, the first (page faults of a fresh process) is shown apart\n")
-    print("| config | load_s median | min..max | first load | peak device memory | peak RSS delta | pareto |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\n{args.model}: {len(measured)} configs, {args.repeat} fresh process(es) each"
+          + (f", plus {args.confirm} confirmation rounds for {len(conf.points)} of them" if conf else "")
+          + "; load_s is the third load of each process (the first two fault in memory the process does not hold yet; "
+          "the first is shown apart)\n")
+    print("| config | load_s median | min..max | runs | first load | peak device memory | peak RSS delta | pareto |")
+    print("|---|---|---|---|---|---|---|---|")
     for p in sorted(measured, key=lambda p: p.load_s):
         tag = " (default)" if p is default else ""
         lo, hi = p.spread_s
-        print(f"| {p.label()}{tag} | {p.load_s:.3f} | {lo:.3f}..{hi:.3f} | {p.first_load_s:.3f} | "
+        print(f"| {p.label()}{tag} | {p.load_s:.3f} | {lo:.3f}..{hi:.3f} | {p.runs} | {p.first_load_s:.3f} | "
               f"{p.peak_nbytes / 2**20:.1f} MiB | {(p.rss_peak_nbytes or 0) / 2**20:.0f} MiB | {'*' if p in front else ''} |")
-    beaten_by = [q for q in measured if q is not default and dominates(q, default)]
-    print(f"\ndefault is {'on' if default in front else 'not on'} the Pareto front of the sweep "
-          "(front: no other config is faster beyond the noise, every run, at no more memory, or smaller at no more time)"
+    print(f"\ndefault is {'on' if default in front else 'not on'} the Pareto front "
+          "(off it: another config is faster beyond the noise at no more memory, or smaller at a time not "
+          f"slower beyond the noise; noise: one-sided rank test, p <= {ALPHA})"
           + "".join(f"\n  beaten by: {q.label()}" for q in beaten_by))
     if conf:
         print(f"\nconfirmation: {args.confirm} interleaved rounds\n")
@@ -446,8 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="compare the simulator with measured loads (legacy, staged, reduce-peak)")
     sim.add_argument("--models", help="with --validate: comma-separated (default synthetic:256,synthetic:1024,smollm2)")
     sim.add_argument("--repeat", type=int, default=1, help="with --validate: fresh processes per point")
-    sim.add_argument("--loads", type=int, default=3,
-                     help="with --validate: loads per process; the error is against loads after the first")
+    sim.add_argument("--loads", type=int, default=4,
+                     help="with --validate: loads per process (> 2); the error is against the loads after the "
+                          "second (the first two fault in memory the process does not hold yet)")
     sim.set_defaults(fn=cmd_simulate)
 
     cache = sub.add_parser("cache", help="inspect, verify or clear a packed-weight cache file")

@@ -1,27 +1,30 @@
 """``vkgraph tune``: sweep prepack thresholds, staging ring and reduce-peak mode, each point
 loaded in fresh processes (median of K), and write the fastest config that fits a memory budget.
 
-Each fresh process loads twice and the second load is the point's time: the first load of a
-process pays first-touch page faults on memory the process never had, which on a VM varies
-several-fold between identical runs and has nothing to do with the thresholds (``simulate
---validate`` measured it); the first loads are kept and shown next to it.
+Each fresh process loads three times and the third load is the point's time: the first two
+loads of a process fault in memory the process does not hold yet (see
+:data:`~vkgraph.bench.SETTLING_LOADS`), which on a VM varies several-fold between identical
+runs and has nothing to do with the thresholds; the first loads are kept and shown next to it.
 
 Load times on a shared machine are noisy (see README), so a sweep's winner is not trusted on its
-own: the finalists and the default are measured again, interleaved round by round so that drift
-hits all of them alike, and a config replaces the default only when it is faster beyond the
-spread of both (its slowest confirmation run beats the default's fastest)."""
+own: the finalists, the configs that put the default off the sweep's Pareto front, and the
+default are measured again, interleaved round by round so that drift hits all of them alike. A
+config replaces the default only when it is faster beyond the spread of both (its slowest
+confirmation run beats the default's fastest). The front is then drawn from every run of each
+config, with a rank test deciding which differences in load time are beyond the noise."""
 
 from __future__ import annotations
 
 import datetime
 import itertools
+import math
 import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .bench import load_in_subprocess
+from .bench import SETTLING_LOADS, load_in_subprocess
 
 MiB = 1 << 20
 
@@ -48,7 +51,7 @@ class Point:
     #: must hold, and exact, where the process's RSS also moves with how the allocator reuses
     #: memory the previous load freed
     peak_nbytes: int = 0
-    times: list[float] = field(default_factory=list)  # every measured load time (second load of a process)
+    times: list[float] = field(default_factory=list)  # every measured load time (third load of a process)
     peaks: list[int] = field(default_factory=list)
     rss_peaks: list[int] = field(default_factory=list)  # peak RSS delta of each measured load
     first_times: list[float] = field(default_factory=list)  # the first load of each process
@@ -93,12 +96,14 @@ def config_text(prepack: dict[str, Any], comments: Iterable[str] = ()) -> str:
 
 
 def load_once(model: str, prepack: dict[str, Any]) -> list[dict[str, Any]]:
-    """Two loads of ``model`` with these prepack settings in a fresh process (``bench load --json``)."""
+    """Three loads of ``model`` with these prepack settings in a fresh process (``bench load --json``):
+    the first two settle the process's memory, the third is measured."""
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(config_text(prepack))
         path = f.name
     try:
-        return load_in_subprocess(model, "reduce-peak" if prepack["reduce_peak_memory"] else "staged", path, loads=2)
+        return load_in_subprocess(model, "reduce-peak" if prepack["reduce_peak_memory"] else "staged", path,
+                                  loads=SETTLING_LOADS + 1)
     finally:
         Path(path).unlink(missing_ok=True)
 
@@ -120,13 +125,51 @@ def measure(model: str, point: Point, repeat: int) -> Point:
     return point
 
 
+def rank_p_value(a: list[float], b: list[float]) -> float:
+    """One-sided exact Mann-Whitney test: the chance, were ``a`` and ``b`` samples of one
+    distribution, that ``a``'s values would beat (be smaller than) ``b``'s in at least as many of
+    the pairs as they do (a tie counts half)."""
+    n, m = len(a), len(b)
+    u = sum((x < y) + 0.5 * (x == y) for x in a for y in b)
+    # ways[i][j][k]: orderings of i values of a and j of b in which a's beat b's in k pairs
+    ways = [[[0] * (n * m + 1) for _ in range(m + 1)] for _ in range(n + 1)]
+    for i in range(n + 1):
+        for j in range(m + 1):
+            if i == 0 or j == 0:
+                ways[i][j][0] = 1
+                continue
+            for k in range(i * j + 1):
+                # the largest value is b's (every a beats it: j-1 more b's left, i pairs won) or a's
+                ways[i][j][k] = (ways[i][j - 1][k - i] if k >= i else 0) + ways[i - 1][j][k]
+    total = sum(ways[n][m])
+    return sum(ways[n][m][k] for k in range(n * m + 1) if k >= u - 1e-9) / total
+
+
+#: significance level of "beyond the noise" for load times
+ALPHA = 0.05
+
+
+def faster_beyond_noise(a: list[float], b: list[float]) -> bool:
+    """Runs ``a`` are faster than runs ``b`` beyond the noise: the rank test says so at
+    :data:`ALPHA`. Runs too few for the test ever to say so (its smallest p-value, 1 / C(n+m, n),
+    above ALPHA: 2 and 4 runs, for instance) fall back to every run of ``a`` beating every run of
+    ``b``; with one run each that is the plain comparison."""
+    if not a or not b:
+        return False
+    if 1 / math.comb(len(a) + len(b), len(a)) > ALPHA:
+        return max(a) < min(b)
+    return rank_p_value(a, b) <= ALPHA
+
+
 def dominates(q: Point, p: Point) -> bool:
-    """``q`` is better than ``p`` beyond the noise: on one axis (load time, peak memory) all of
-    its runs beat all of ``p``'s, and on the other axis ``p``'s do not beat all of its. With one
-    run per point this is the usual Pareto dominance."""
-    (qt0, qt1), (pt0, pt1) = q.spread_s, p.spread_s
+    """``q`` is better than ``p`` beyond the noise: on one axis it is better beyond the noise
+    (load times: :func:`faster_beyond_noise`; peak memory: all of its runs below all of ``p``'s)
+    and on the other axis ``p`` is not. With one run per point this is the usual Pareto dominance.
+    More runs make the rank test stronger, where the min..max spreads of two configs only
+    ever widen and overlap more."""
+    qt, pt = q.times or [q.load_s], p.times or [p.load_s]
     (qm0, qm1), (pm0, pm1) = q.peak_spread, p.peak_spread
-    faster, slower = qt1 < pt0, qt0 > pt1
+    faster, slower = faster_beyond_noise(qt, pt), faster_beyond_noise(pt, qt)
     smaller, larger = qm1 < pm0, qm0 > pm1
     return (faster and not larger) or (smaller and not slower)
 
@@ -174,7 +217,8 @@ def confirm(model: str, finalists: list[Point], default_prepack: dict[str, Any],
             progress: Callable[[int, int], None] | None = None) -> Confirmation:
     """Measure ``finalists`` and the default again, ``rounds`` times each, one of each per round
     in turn; the winner is the fastest finalist that :func:`beats` the default, else the default."""
-    points = [Point(dict(f.prepack)) for f in finalists if f.prepack != default_prepack] + [Point(dict(default_prepack))]
+    unique = {repr(sorted(f.prepack.items())): f for f in finalists if f.prepack != default_prepack}
+    points = [Point(dict(f.prepack)) for f in unique.values()] + [Point(dict(default_prepack))]
     default = points[-1]
     total, done = rounds * len(points), 0
     for _ in range(rounds):
@@ -186,6 +230,26 @@ def confirm(model: str, finalists: list[Point], default_prepack: dict[str, Any],
     better = [p for p in points[:-1] if beats(p, default)]
     winner = min(better, key=lambda p: p.load_s) if better else default
     return Confirmation(points, default, winner)
+
+
+def pooled(measured: list[Point], conf: Confirmation) -> list[Point]:
+    """The sweep's points with the confirmation runs of the re-measured ones added: every run of
+    each config, for the table and the front."""
+    again = {repr(sorted(p.prepack.items())): p for p in conf.points}
+    out = []
+    for p in measured:
+        q = Point(dict(p.prepack), times=list(p.times), peaks=list(p.peaks), rss_peaks=list(p.rss_peaks),
+                  first_times=list(p.first_times))
+        c = again.get(repr(sorted(p.prepack.items())))
+        if c is not None:
+            q.times += c.times
+            q.peaks += c.peaks
+            q.rss_peaks += c.rss_peaks
+            q.first_times += c.first_times
+        q.load_s = statistics.median(q.times) if q.times else p.load_s
+        q.peak_nbytes = int(statistics.median(q.peaks)) if q.peaks else p.peak_nbytes
+        out.append(q)
+    return out
 
 
 def tuned_config(best: Point, model: str, device: str, default: Point | None, note: str = "") -> str:

@@ -50,3 +50,18 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert again.pack_gbps == pytest.approx(profile.pack_gbps, rel=1e-3)
     assert (again.cpu_rate, again.gpu_rate) == pytest.approx((profile.cpu_rate, profile.gpu_rate), rel=1e-2)
     assert simulate(model_nodes("synthetic:8"), GraphConfig(), again).load_s > 0
+
+
+@pytest.mark.slow
+def test_validate_compares_settled_loads(device, tmp_path, monkeypatch):
+    from vkgraph.calibrate import VALIDATE_MODES, validate
+
+    monkeypatch.setenv("VKGRAPH_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="--loads must be > 2"):
+        validate("lavapipe", ("synthetic:4",), loads=2)
+    rows = validate("lavapipe", ("synthetic:4",), loads=3)
+    assert [r["mode"] for r in rows] == list(VALIDATE_MODES)
+    for r in rows:
+        assert r["measured_min_s"] <= r["measured_load_s"] <= r["measured_max_s"] and r["second_load_s"] > 0
+        assert r["measured_peak_staging"] == r["simulated_peak_staging"] and r["staging_error"] == 0
+        assert r["load_error"] == pytest.approx(r["simulated_load_s"] / r["measured_load_s"] - 1)

@@ -4,7 +4,10 @@ import pytest
 
 from vkgraph import cli
 from vkgraph.config import load_config
-from vkgraph.tune import DEFAULT, Point, beats, best_within, dominates, pareto
+import itertools
+
+from vkgraph.tune import (DEFAULT, Confirmation, Point, beats, best_within, dominates, faster_beyond_noise, pareto,
+                          pooled, rank_p_value)
 
 
 def test_pareto_and_budget():
@@ -26,6 +29,40 @@ def test_pareto_front_is_noise_aware():
     assert not dominates(bigger, default) and not dominates(default, bigger)  # a trade-off
     assert pareto([default, overlapping, bigger]) == [bigger, overlapping, default]
     assert default not in pareto([default, faster, smaller])
+
+
+def test_rank_p_value_matches_counting_every_split():
+    rng = __import__("random").Random(7)
+    for n, m in [(1, 1), (2, 3), (3, 3), (4, 5), (5, 5)]:
+        a, b = [rng.random() for _ in range(n)], [rng.random() + 0.2 for _ in range(m)]
+        pooled_runs = a + b
+        u = sum(x < y for x in a for y in b)
+        splits = list(itertools.combinations(range(n + m), n))
+        at_least = sum(sum(pooled_runs[i] < pooled_runs[j] for i in s for j in range(n + m) if j not in s) >= u
+                       for s in splits)
+        assert rank_p_value(a, b) == pytest.approx(at_least / len(splits))
+
+
+def test_more_runs_tell_overlapping_configs_apart():
+    fast, slow = [1.0, 1.1, 1.2, 1.3, 1.6], [1.4, 1.5, 1.7, 1.8, 1.9]  # spreads overlap
+    assert faster_beyond_noise(fast, slow) and not faster_beyond_noise(slow, fast)
+    assert not faster_beyond_noise([1.0, 1.6], [1.4, 1.5])  # 2 runs each: every run must be faster
+    assert faster_beyond_noise([1.0, 1.1], [1.2, 1.3]) and faster_beyond_noise([1.0], [1.2])
+    assert not faster_beyond_noise([1.0, 1.5, 1.2], [1.4, 1.6, 1.7])  # 3 and 3 overlapping: p = 0.1
+    default = Point(dict(DEFAULT), load_s=1.2, times=fast, peaks=[30] * 5)
+    smaller = Point({"a": 1}, load_s=1.7, times=slow, peaks=[16] * 5)
+    # smaller but slower beyond the noise: a trade-off, both on the front
+    assert not dominates(smaller, default) and not dominates(default, smaller)
+    assert pareto([default, smaller]) == [default, smaller]
+
+
+def test_pooled_adds_the_confirmation_runs():
+    a = Point({"a": 1}, load_s=1.0, peak_nbytes=10, times=[1.0], peaks=[10], rss_peaks=[5], first_times=[2.0])
+    b = Point({"a": 2}, load_s=2.0, peak_nbytes=20, times=[2.0], peaks=[20], rss_peaks=[6], first_times=[3.0])
+    again = Point({"a": 2}, load_s=1.5, times=[1.4, 1.6, 1.8], peaks=[20] * 3, rss_peaks=[6] * 3, first_times=[3.0] * 3)
+    out = pooled([a, b], Confirmation([again], again, again))
+    assert [p.times for p in out] == [[1.0], [2.0, 1.4, 1.6, 1.8]] and out[1].load_s == pytest.approx(1.7)
+    assert out[1].runs == 4 and len(out[1].first_times) == 4 and b.times == [2.0]  # the sweep's point is untouched
 
 
 def test_beats_needs_a_margin_beyond_the_noise():
@@ -52,4 +89,9 @@ def test_tune_tiny_model_writes_a_valid_config(device, tmp_path, monkeypatch, ca
     assert cfg.prepack.reduce_peak_memory == best["reduce_peak_memory"]
     assert "Tuned by `vkgraph tune --model synthetic:4`" in out.read_text()
     assert result["pareto"] and result["default"] is not None
-    assert all(p["first_load_s"] > 0 and p["runs"] == 1 for p in result["points"])
+    assert all(p["first_load_s"] > 0 for p in result["points"])
+    # the confirmed configs' runs are pooled with the sweep's: 1 + 2
+    confirmed = [{k: c[k] for k in DEFAULT} for c in conf]
+    assert all(p["runs"] == (3 if {k: p[k] for k in DEFAULT} in confirmed else 1) for p in result["points"])
+    assert result["default_on_front"] == (result["default"] in result["pareto"])
+    assert result["default_on_front"] == (not result["default_beaten_by"])
