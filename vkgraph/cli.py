@@ -295,7 +295,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from .bench import terminal_progress
     from .runtime import Instance
-    from .tune import (ALPHA, DEFAULT, GRID, Point, best_within, confirm, dominates, grid_points, pareto, plot_tune,
+    from .tune import (ALPHA, DEFAULT, GRID, Point, best_within, confirm, dominators, grid_points, pareto, plot_tune,
                        pooled, tune, tuned_config)
 
     points = grid_points(GRID if not args.quick else {k: v[:1] if k != "reduce_peak_memory" else v
@@ -314,7 +314,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         default = next(p for p in swept if p.prepack == DEFAULT)
         finalists = [p for p in fits if p.prepack != DEFAULT][: args.finalists]
         # the configs that put the default off the sweep's front get a second look too
-        challengers = [q for q in swept if q is not default and dominates(q, default)]
+        challengers = dominators(swept, default)
         conf = confirm(args.model, finalists + challengers, DEFAULT, args.confirm,
                        None if args.json else terminal_progress("confirm", "loads"))
         measured = pooled(swept, conf)
@@ -342,7 +342,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 "runs": p.runs, "peak_nbytes": p.peak_nbytes, "peak_rss_delta_nbytes": p.rss_peak_nbytes,
                 "first_load_s": p.first_load_s}
 
-    beaten_by = [q for q in measured if q is not default and dominates(q, default)]
+    beaten_by = dominators(measured, default)
     if args.json:
         print(json.dumps({"points": [row(p) for p in measured], "pareto": [measured.index(p) for p in front],
                           "best": next(i for i, p in enumerate(measured) if p.prepack == chosen.prepack),

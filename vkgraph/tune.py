@@ -76,6 +76,14 @@ class Point:
     def first_load_s(self) -> float | None:
         return statistics.median(self.first_times) if self.first_times else None
 
+    def add_runs(self, times: list[float], peaks: list[int], rss_peaks: list[int], first_times: list[float]) -> None:
+        self.times += times
+        self.peaks += peaks
+        self.rss_peaks += rss_peaks
+        self.first_times += first_times
+        self.load_s = statistics.median(self.times)
+        self.peak_nbytes = int(statistics.median(self.peaks))
+
     def label(self) -> str:
         p = self.prepack
         return (f"thr {p['threshold_nbytes'] // MiB}/{p['initial_threshold_nbytes'] // MiB} MiB, "
@@ -111,12 +119,8 @@ def load_once(model: str, prepack: dict[str, Any]) -> list[dict[str, Any]]:
 def record(point: Point, results: list[dict[str, Any]]) -> None:
     """The loads of one fresh process: the first is kept apart, the last is the point's run."""
     first, result = results[0], results[-1]
-    point.first_times.append(first["load_s"])
-    point.times.append(result["load_s"])
-    point.peaks.append(result["peak_device_nbytes"])
-    point.rss_peaks.append(result["peak_rss_delta_nbytes"])
-    point.load_s = statistics.median(point.times)
-    point.peak_nbytes = int(statistics.median(point.peaks))
+    point.add_runs([result["load_s"]], [result["peak_device_nbytes"]], [result["peak_rss_delta_nbytes"]],
+                   [first["load_s"]])
 
 
 def measure(model: str, point: Point, repeat: int) -> Point:
@@ -174,9 +178,14 @@ def dominates(q: Point, p: Point) -> bool:
     return (faster and not larger) or (smaller and not slower)
 
 
+def dominators(points: list[Point], p: Point) -> list[Point]:
+    """The points that :func:`dominate <dominates>` ``p``."""
+    return [q for q in points if q is not p and dominates(q, p)]
+
+
 def pareto(points: list[Point]) -> list[Point]:
     """Points no other point :func:`dominates` (beats beyond the noise), fastest first."""
-    front = [p for p in points if not any(dominates(q, p) for q in points if q is not p)]
+    front = [p for p in points if not dominators(points, p)]
     return sorted(front, key=lambda p: p.load_s)
 
 
@@ -217,8 +226,11 @@ def confirm(model: str, finalists: list[Point], default_prepack: dict[str, Any],
             progress: Callable[[int, int], None] | None = None) -> Confirmation:
     """Measure ``finalists`` and the default again, ``rounds`` times each, one of each per round
     in turn; the winner is the fastest finalist that :func:`beats` the default, else the default."""
-    unique = {repr(sorted(f.prepack.items())): f for f in finalists if f.prepack != default_prepack}
-    points = [Point(dict(f.prepack)) for f in unique.values()] + [Point(dict(default_prepack))]
+    points: list[Point] = []
+    for f in finalists:
+        if f.prepack != default_prepack and all(f.prepack != p.prepack for p in points):
+            points.append(Point(dict(f.prepack)))
+    points.append(Point(dict(default_prepack)))
     default = points[-1]
     total, done = rounds * len(points), 0
     for _ in range(rounds):
@@ -235,19 +247,12 @@ def confirm(model: str, finalists: list[Point], default_prepack: dict[str, Any],
 def pooled(measured: list[Point], conf: Confirmation) -> list[Point]:
     """The sweep's points with the confirmation runs of the re-measured ones added: every run of
     each config, for the table and the front."""
-    again = {repr(sorted(p.prepack.items())): p for p in conf.points}
     out = []
     for p in measured:
-        q = Point(dict(p.prepack), times=list(p.times), peaks=list(p.peaks), rss_peaks=list(p.rss_peaks),
-                  first_times=list(p.first_times))
-        c = again.get(repr(sorted(p.prepack.items())))
-        if c is not None:
-            q.times += c.times
-            q.peaks += c.peaks
-            q.rss_peaks += c.rss_peaks
-            q.first_times += c.first_times
-        q.load_s = statistics.median(q.times) if q.times else p.load_s
-        q.peak_nbytes = int(statistics.median(q.peaks)) if q.peaks else p.peak_nbytes
+        q = Point(dict(p.prepack), p.load_s, p.peak_nbytes)
+        for runs in [p] + [c for c in conf.points if c.prepack == p.prepack]:
+            if runs.times:
+                q.add_runs(runs.times, runs.peaks, runs.rss_peaks, runs.first_times)
         out.append(q)
     return out
 
