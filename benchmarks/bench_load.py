@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from vkgraph.bench import load_in_subprocess
+from vkgraph.tools.bench import load_in_subprocess
 
 MODES = ("legacy", "staged", "reduce-peak")
 CACHE_MODES = ("cold-cache", "warm-cache")

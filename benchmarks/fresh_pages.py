@@ -19,11 +19,12 @@ import time
 
 import numpy as np
 
-from vkgraph.bench import CONFIG_DIR, open_model
 from vkgraph.config import load_config
 from vkgraph.graph import ComputeGraph
+from vkgraph.models.registry import open_model
+from vkgraph.paths import DEFAULT_CONFIG
 from vkgraph.runtime import Buffer, MemoryKind
-from vkgraph.simulate import load_profile, model_nodes, simulate
+from vkgraph.tools.simulate import load_profile, model_nodes, simulate
 
 
 def fill_gbps(device, data: np.ndarray) -> float:
@@ -41,7 +42,7 @@ def main() -> None:
     ap.add_argument("--no-probe", action="store_true", help="load without the probe buffers (the baseline)")
     args = ap.parse_args()
 
-    cfg = load_config(CONFIG_DIR / "default.toml")
+    cfg = load_config(DEFAULT_CONFIG)
     sim = simulate(model_nodes(args.model), cfg, load_profile(args.profile), "legacy")
     print(f"simulated legacy load of {args.model}: encode {sim.cpu_encode_s:.3f} s, GPU {sim.gpu_s:.3f} s, "
           f"load {sim.load_s:.3f} s; staging {sim.peak_staging_nbytes / 2**20:.1f} MiB")
@@ -49,8 +50,8 @@ def main() -> None:
     print("| round | probe 1 GB/s | probe 2 GB/s | encode s | GPU s | load s |")
     print("|---|---|---|---|---|---|")
     for r in range(args.rounds):
-        with open_model(args.model) as (build, _check), ComputeGraph(cfg) as g:
-            build(g)
+        with open_model(args.model) as model, ComputeGraph(cfg) as g:
+            model.build(g)
             g.prepare()
             probes = ("-", "-") if args.no_probe else tuple(f"{fill_gbps(g.device, data):.2f}" for _ in range(2))
             g.encode_prepack()

@@ -21,9 +21,10 @@ import argparse
 import gc
 import resource
 
-from vkgraph.bench import CONFIG_DIR, config_for, open_model
 from vkgraph.graph import ComputeGraph
-from vkgraph.simulate import load_profile, model_nodes, simulate
+from vkgraph.models.registry import open_model
+from vkgraph.tools.bench import config_for
+from vkgraph.tools.simulate import load_profile, model_nodes, simulate
 
 
 def faulted_mib() -> float:
@@ -38,16 +39,16 @@ def main() -> None:
     ap.add_argument("--profile", default="profiles/lavapipe.toml")
     args = ap.parse_args()
 
-    cfg = config_for(args.mode, str(CONFIG_DIR / "default.toml"))
+    cfg = config_for(args.mode, None)
     sim = simulate(model_nodes(args.model), cfg, load_profile(args.profile), args.mode)
     print(f"simulated {args.mode} load of {args.model}: encode {sim.cpu_encode_s:.3f} s, GPU {sim.gpu_s:.3f} s, "
           f"load {sim.load_s:.3f} s")
     print("| load | encode s | GPU s | load s | faulted while encoding MiB | faulted while the GPU packs MiB |")
     print("|---|---|---|---|---|---|")
-    with open_model(args.model) as (build, _check):
+    with open_model(args.model) as model:
         for i in range(args.loads):
             with ComputeGraph(cfg) as g:
-                build(g)
+                model.build(g)
                 g.prepare()
                 gc.collect()
                 f0 = faulted_mib()

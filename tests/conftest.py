@@ -12,7 +12,7 @@ DATA = Path(__file__).parent / "data"
 def _installed_model(locate):
     """``locate()``, or a skip when the model package is not installed; a failure instead under
     VKGRAPH_REQUIRE_MODELS=1 (set by `make test`, which installs the packages)."""
-    from vkgraph.models.minilm import ModelNotFoundError
+    from vkgraph.errors import ModelNotFoundError
 
     try:
         return locate()

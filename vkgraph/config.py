@@ -1,9 +1,11 @@
-"""GraphConfig and TOML config files (DESIGN.md §5).
+"""GraphConfig and TOML config files (ARCHITECTURE.md §5).
 
-Keys are ``group.key``. Zero means "use the default", as in ET-VK; :data:`DEFAULTS` holds those
-defaults and ``configs/default.toml`` documents every key. Precedence, highest first: explicit
-``overrides`` > environment (``VKGRAPH_<GROUP>_<KEY>``, plus ``VKGRAPH_DEVICE`` and
-``VKGRAPH_VALIDATION``) > config file > defaults.
+Keys are ``group.key``. ``configs/default.toml`` documents every key and is the one place their
+defaults are written; this module reads it at import. A numeric key left at 0 means "the
+default", as in ET-VK: ``GraphConfig()`` holds 0 there and ``resolved`` gives the values in force.
+The other keys (booleans, strings) take the file's value directly. Precedence, highest first: explicit ``overrides`` > environment
+(``VKGRAPH_<GROUP>_<KEY>``, plus ``VKGRAPH_DEVICE`` and ``VKGRAPH_VALIDATION``) > config file >
+defaults.
 
 Sizes (``*_nbytes``) are non-negative integers or strings with a unit: ``"10 MiB"``,
 ``"512KiB"``, ``"1.5 GiB"`` (binary) or ``"10 MB"`` (decimal).
@@ -16,131 +18,16 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
-
-MiB = 1 << 20
+from .paths import DEFAULT_CONFIG
 
 # Kinds of values, for validation and for parsing environment strings.
 NBYTES, COUNT, BOOL, TEXT, REDUCE, CHOICE = "nbytes", "count", "bool", "text", "reduce", "choice"
-
-
-def _key(kind: str, default: Any, choices: tuple[str, ...] = ()) -> Any:
-    return field(default=default, metadata={"kind": kind, "choices": choices})
-
-
-@dataclass(frozen=True)
-class PrepackConfig:
-    """How ``run_prepack()`` cuts the prepack stream into command buffers (0 = default)."""
-
-    threshold_nbytes: int = _key(NBYTES, 0)
-    initial_threshold_nbytes: int = _key(NBYTES, 0)
-    threshold_nodes: int = _key(COUNT, 0)
-    initial_threshold_nodes: int = _key(COUNT, 0)
-    staging_ring_nbytes: int = _key(NBYTES, 0)
-    reduce_peak_memory: bool | str = _key(REDUCE, False)  # True, False or "auto"
-    auto_reduce_above_nbytes: int = _key(NBYTES, 0)
-
-
-@dataclass(frozen=True)
-class ExecuteConfig:
-    """How ``execute()`` splits the execute nodes into command buffers (0 = default)."""
-
-    threshold_node_count: int = _key(COUNT, 0)
-    initial_threshold_node_count: int = _key(COUNT, 0)
-    max_cmds: int = _key(COUNT, 0)
-
-
-@dataclass(frozen=True)
-class GraphOptions:
-    """Storage overrides, as ET-VK's GraphConfig has them ("" = each op's default: buffers)."""
-
-    storage: str = _key(CHOICE, "", ("", "buffer", "texture3d"))
-    memory_layout: str = _key(CHOICE, "", ("", "channels_packed", "width_packed"))
-
-
-@dataclass(frozen=True)
-class DeviceConfig:
-    prefer: str = _key(TEXT, "")  # device-name substring or ICD json path; "" = first device
-    validation: bool = _key(BOOL, False)
-    max_memory_nbytes: int = _key(NBYTES, 0)  # refuse allocations beyond this budget; 0 = no budget
-    fence_timeout_ms: int = _key(COUNT, 0)  # longest wait for the GPU before FenceTimeoutError
-
-
-@dataclass(frozen=True)
-class CacheConfig:
-    packed_weights_path: str = _key(TEXT, "")  # "" = no packed-weight cache
-    pipeline_cache_path: str = _key(TEXT, "")  # "" = <cache dir>/pipelines-<device>.bin
-    shader_cache_dir: str = _key(TEXT, "")  # "" = <cache dir>/spirv
-
-
-@dataclass(frozen=True)
-class GraphConfig:
-    """Every tunable of a graph. Build one with :func:`load_config` or directly."""
-
-    prepack: PrepackConfig = field(default_factory=PrepackConfig)
-    execute: ExecuteConfig = field(default_factory=ExecuteConfig)
-    graph: GraphOptions = field(default_factory=GraphOptions)
-    device: DeviceConfig = field(default_factory=DeviceConfig)
-    cache: CacheConfig = field(default_factory=CacheConfig)
-    source: str | None = field(default=None, compare=False)  # the file it came from
-
-    def replace(self, **dotted: Any) -> GraphConfig:
-        """A copy with ``group__key=value`` (or ``**{"group.key": value}``) changed, validated."""
-        flat = {k.replace("__", "."): v for k, v in dotted.items()}
-        return _apply(self, flat, "argument")
-
-    def as_dict(self) -> dict[str, dict[str, Any]]:
-        return {g: dataclasses.asdict(getattr(self, g)) for g in GROUPS}
-
-    def get(self, dotted: str) -> Any:
-        group, key = dotted.split(".")
-        return getattr(getattr(self, group), key)
-
-    def effective(self, dotted: str) -> Any:
-        """The value in force: the configured one, or :data:`DEFAULTS` when it is 0."""
-        value = self.get(dotted)
-        return DEFAULTS.get(dotted, value) if value == 0 and not isinstance(value, bool) else value
-
-
-GROUPS: dict[str, type] = {
-    "prepack": PrepackConfig,
-    "execute": ExecuteConfig,
-    "graph": GraphOptions,
-    "device": DeviceConfig,
-    "cache": CacheConfig,
-}
-
-#: What 0 means for each numeric key.
-DEFAULTS: dict[str, int] = {
-    "prepack.threshold_nbytes": 10 * MiB,  # ET-VK's value
-    "prepack.initial_threshold_nbytes": 10 * MiB,  # ET-VK's value
-    "prepack.threshold_nodes": 256,
-    "prepack.initial_threshold_nodes": 64,
-    "prepack.staging_ring_nbytes": 3 * 10 * MiB,  # three batches of the default threshold
-    "prepack.auto_reduce_above_nbytes": 1 << 30,
-    "execute.threshold_node_count": 128,  # ET-VK's value
-    "execute.initial_threshold_node_count": 64,  # ET-VK's value
-    "execute.max_cmds": 0,  # no limit
-    "device.fence_timeout_ms": 300_000,
-}
-
-ENV_ALIASES = {"VKGRAPH_DEVICE": "device.prefer", "VKGRAPH_VALIDATION": "device.validation"}
-
-
-def schema() -> dict[str, str]:
-    """``{"group.key": kind}`` for every key."""
-    return {
-        f"{g}.{f.name}": f.metadata["kind"] for g, cls in GROUPS.items() for f in dataclasses.fields(cls)
-    }
-
-
-def _choices(dotted: str) -> tuple[str, ...]:
-    group, key = dotted.split(".")
-    return next(f.metadata["choices"] for f in dataclasses.fields(GROUPS[group]) if f.name == key)
-
+NUMERIC = (NBYTES, COUNT)
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
@@ -195,6 +82,151 @@ def _coerce(kind: str, value: Any, from_env: bool, choices: tuple[str, ...] = ()
             raise ValueError(f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
         return value
     raise AssertionError(kind)
+
+
+def _read_toml(path: str | Path) -> dict[str, Any]:
+    file = str(path)
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(file, "(file)", "no such config file") from None
+    except OSError as exc:
+        raise ConfigError(file, "(file)", f"cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(file, "(syntax)", str(exc)) from None
+
+
+_DEFAULT_VALUES: dict[str, Any] = {f"{g}.{k}": v for g, table in _read_toml(DEFAULT_CONFIG).items()
+                                   if isinstance(table, dict) for k, v in table.items()}
+
+
+def _file_default(kind: str, dotted: str, choices: tuple[str, ...] = ()) -> Any:
+    """``dotted``'s value in configs/default.toml, which must name every key."""
+    if dotted not in _DEFAULT_VALUES:
+        raise ConfigError(str(DEFAULT_CONFIG), dotted, "missing: the defaults file must hold every key")
+    try:
+        return _coerce(kind, _DEFAULT_VALUES[dotted], False, choices)
+    except ValueError as exc:
+        raise ConfigError(str(DEFAULT_CONFIG), dotted, str(exc)) from None
+
+
+#: What 0 means for each numeric key (configs/default.toml).
+DEFAULTS: dict[str, Any] = {}
+
+
+def _key(kind: str, dotted: str, choices: tuple[str, ...] = ()) -> Any:
+    """A config field: numeric keys default to 0 ("the default", recorded in :data:`DEFAULTS`),
+    the others to their value in configs/default.toml."""
+    default = _file_default(kind, dotted, choices)
+    if kind in NUMERIC:
+        DEFAULTS[dotted], default = default, 0
+    return field(default=default, metadata={"kind": kind, "choices": choices})
+
+
+@dataclass(frozen=True)
+class PrepackConfig:
+    """How ``run_prepack()`` cuts the prepack stream into command buffers."""
+
+    threshold_nbytes: int = _key(NBYTES, "prepack.threshold_nbytes")
+    initial_threshold_nbytes: int = _key(NBYTES, "prepack.initial_threshold_nbytes")
+    threshold_nodes: int = _key(COUNT, "prepack.threshold_nodes")
+    initial_threshold_nodes: int = _key(COUNT, "prepack.initial_threshold_nodes")
+    staging_ring_nbytes: int = _key(NBYTES, "prepack.staging_ring_nbytes")
+    reduce_peak_memory: bool | str = _key(REDUCE, "prepack.reduce_peak_memory")  # True, False or "auto"
+    auto_reduce_above_nbytes: int = _key(NBYTES, "prepack.auto_reduce_above_nbytes")
+
+
+@dataclass(frozen=True)
+class ExecuteConfig:
+    """How ``execute()`` splits the execute nodes into command buffers."""
+
+    threshold_node_count: int = _key(COUNT, "execute.threshold_node_count")
+    initial_threshold_node_count: int = _key(COUNT, "execute.initial_threshold_node_count")
+    max_cmds: int = _key(COUNT, "execute.max_cmds")  # 0: no limit
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    """Storage overrides, as ET-VK's GraphConfig has them ("" = each op's default: buffers)."""
+
+    storage: str = _key(CHOICE, "graph.storage", ("", "buffer", "texture3d"))
+    memory_layout: str = _key(CHOICE, "graph.memory_layout", ("", "channels_packed", "width_packed"))
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    prefer: str = _key(TEXT, "device.prefer")  # device-name substring or ICD json path; "" = first device
+    validation: bool = _key(BOOL, "device.validation")
+    max_memory_nbytes: int = _key(NBYTES, "device.max_memory_nbytes")  # 0: no budget
+    fence_timeout_ms: int = _key(COUNT, "device.fence_timeout_ms")  # longest wait before FenceTimeoutError
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    packed_weights_path: str = _key(TEXT, "cache.packed_weights_path")  # "" = no packed-weight cache
+    pipeline_cache_path: str = _key(TEXT, "cache.pipeline_cache_path")  # "" = one file per device in the cache dir
+    shader_cache_dir: str = _key(TEXT, "cache.shader_cache_dir")  # "" = <cache dir>/spirv
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """Every tunable of a graph. Build one with :func:`load_config` or directly."""
+
+    prepack: PrepackConfig = field(default_factory=PrepackConfig)
+    execute: ExecuteConfig = field(default_factory=ExecuteConfig)
+    graph: GraphOptions = field(default_factory=GraphOptions)
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    source: str | None = field(default=None, compare=False)  # the file it came from
+
+    def replace(self, **dotted: Any) -> GraphConfig:
+        """A copy with ``group__key=value`` (or ``**{"group.key": value}``) changed, validated."""
+        flat = {k.replace("__", "."): v for k, v in dotted.items()}
+        return _apply(self, flat, "argument")
+
+    def get(self, dotted: str) -> Any:
+        group, key = dotted.split(".")
+        return getattr(getattr(self, group), key)
+
+    @cached_property
+    def resolved(self) -> GraphConfig:
+        """This config with every numeric key that is 0 ("the default") set to its default:
+        the values in force, for typed access (``cfg.resolved.prepack.threshold_nbytes``)."""
+        groups = {}
+        for g, cls in GROUPS.items():
+            group = getattr(self, g)
+            unset = {f.name: DEFAULTS[f"{g}.{f.name}"] for f in dataclasses.fields(cls)
+                     if f.metadata["kind"] in NUMERIC and getattr(group, f.name) == 0}
+            groups[g] = dataclasses.replace(group, **unset)
+        return dataclasses.replace(self, **groups)
+
+    def effective(self, dotted: str) -> Any:
+        """The value in force of one key: ``resolved.get(dotted)``."""
+        return self.resolved.get(dotted)
+
+
+GROUPS: dict[str, type] = {
+    "prepack": PrepackConfig,
+    "execute": ExecuteConfig,
+    "graph": GraphOptions,
+    "device": DeviceConfig,
+    "cache": CacheConfig,
+}
+
+ENV_ALIASES = {"VKGRAPH_DEVICE": "device.prefer", "VKGRAPH_VALIDATION": "device.validation"}
+
+
+def schema() -> dict[str, str]:
+    """``{"group.key": kind}`` for every key."""
+    return {
+        f"{g}.{f.name}": f.metadata["kind"] for g, cls in GROUPS.items() for f in dataclasses.fields(cls)
+    }
+
+
+def _choices(dotted: str) -> tuple[str, ...]:
+    group, key = dotted.split(".")
+    return next(f.metadata["choices"] for f in dataclasses.fields(GROUPS[group]) if f.name == key)
 
 
 def _apply(cfg: GraphConfig, values: Mapping[str, Any], where: str | None, from_env: bool = False,
@@ -257,16 +289,7 @@ def load_config(
     cfg = GraphConfig()
     if path is not None:
         file = str(path)
-        try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except FileNotFoundError:
-            raise ConfigError(file, "(file)", "no such config file") from None
-        except OSError as exc:
-            raise ConfigError(file, "(file)", f"cannot read: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(file, "(syntax)", str(exc)) from None
-        cfg = dataclasses.replace(_apply(cfg, _flatten_toml(data, file), file), source=file)
+        cfg = dataclasses.replace(_apply(cfg, _flatten_toml(_read_toml(path), file), file), source=file)
     values, names = env_values(os.environ if env is None else env)
     if values:
         cfg = _apply(cfg, values, "environment", from_env=True, names=names)

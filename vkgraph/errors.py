@@ -1,8 +1,10 @@
-"""The vkgraph error tree (DESIGN.md §9).
+"""The one vkgraph error tree (ARCHITECTURE.md §6).
 
 Every failure vkgraph raises is a :class:`VkGraphError`. Vulkan call failures carry the name of
 the call and of the ``VkResult``; out-of-memory errors are also :class:`MemoryError` and fence
-timeouts also :class:`TimeoutError`, so generic handlers keep working.
+timeouts also :class:`TimeoutError`, so generic handlers keep working. Errors about files and
+inputs name the file, tensor or key, and are also :class:`ValueError` (or
+:class:`FileNotFoundError`, :class:`KeyError`) where that is what they are.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ __all__ = [
     "DeviceLostError",
     "FenceTimeoutError",
     "UnsupportedFeatureError",
+    "FeatureNotPresentError",
     "DeviceNotFoundError",
     "CommandBufferStateError",
     "ShaderCompileError",
@@ -22,6 +25,10 @@ __all__ = [
     "PrepackMismatchError",
     "CacheFormatError",
     "MissingTensorError",
+    "ModelNotFoundError",
+    "SafetensorsError",
+    "GGUFError",
+    "TokenizerError",
 ]
 
 
@@ -41,7 +48,8 @@ class VulkanError(VkGraphError):
         self.result = result
         self.detail = detail
         msg = f"{call} failed: {result}"
-        super().__init__(f"{msg} ({detail})" if detail else msg)
+        # Not super(): in FeatureNotPresentError the next class is UnsupportedFeatureError.
+        Exception.__init__(self, f"{msg} ({detail})" if detail else msg)
 
 
 class OutOfDeviceMemoryError(VulkanError, MemoryError):
@@ -60,8 +68,23 @@ class FenceTimeoutError(VulkanError, TimeoutError):
     """A fence (or semaphore) wait ran past its timeout. The GPU work may still be running."""
 
 
-class UnsupportedFeatureError(VulkanError):
-    """The device, driver or loader lacks a layer, extension, feature or function vkgraph needs."""
+class UnsupportedFeatureError(VkGraphError):
+    """The device, driver or loader lacks something vkgraph needs: a layer, an extension, a
+    feature, a limit large enough. ``feature`` names it; the message says what needed it."""
+
+    def __init__(self, feature: str, detail: str):
+        self.feature = feature
+        self.detail = detail
+        super().__init__(detail)
+
+
+class FeatureNotPresentError(VulkanError, UnsupportedFeatureError):
+    """A Vulkan call reported a missing layer, extension, feature, format or function (both a
+    failed call and a missing feature)."""
+
+    def __init__(self, call: str, result: str, detail: str = ""):
+        VulkanError.__init__(self, call, result, detail)
+        self.feature = result
 
 
 class DeviceNotFoundError(VkGraphError):
@@ -106,3 +129,19 @@ class MissingTensorError(VkGraphError, KeyError):
 
 class CacheFormatError(VkGraphError):
     """A cache file is corrupt, truncated, foreign or of another version."""
+
+
+class ModelNotFoundError(VkGraphError, FileNotFoundError):
+    """A model's files are not where they were looked for."""
+
+
+class SafetensorsError(VkGraphError, ValueError):
+    """A safetensors file is malformed; the message names the file and what is wrong."""
+
+
+class GGUFError(VkGraphError, ValueError):
+    """A GGUF file is malformed or uses something unsupported; names the file and the reason."""
+
+
+class TokenizerError(VkGraphError, ValueError):
+    """A tokenizer file or its metadata cannot be used; names the source and the reason."""

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from vkgraph.cache.format import PAGE, PackedWeightFile, write_file
-from vkgraph.errors import CacheFormatError
-from vkgraph.models.gguf_file import GGUFError, GGUFFile
-from vkgraph.models.safetensors import SafetensorsError, SafetensorsFile, write_safetensors
+from vkgraph.errors import CacheFormatError, GGUFError, SafetensorsError
+from vkgraph.models.gguf_file import GGUFFile
+from vkgraph.models.safetensors import SafetensorsFile, write_safetensors
 
 
 def cache_file(d: Path) -> bytes:

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from vkgraph import cli
-from vkgraph.bench import CONFIG_DIR
+from vkgraph.paths import CONFIG_DIR
 
 
 @pytest.fixture

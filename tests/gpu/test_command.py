@@ -18,7 +18,7 @@ from vkgraph.runtime import (
     Stage,
     TimestampQueryPool,
 )
-from vkgraph.smoke import axpby
+from vkgraph.tools.smoke import axpby
 
 S = CommandBufferState
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from vkgraph.runtime import PipelineCache
-from vkgraph.smoke import axpby
+from vkgraph.tools.smoke import axpby
 
 from .kernels import run_kernel
 

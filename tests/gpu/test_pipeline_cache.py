@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from vkgraph.runtime import PipelineCache
-from vkgraph.smoke import axpby
+from vkgraph.tools.smoke import axpby
 
 
 def test_save_load_round_trip(device, compiler, tmp_path):

@@ -7,7 +7,7 @@ from gguf.quants import dequantize, quantize
 
 from vkgraph import ops
 from vkgraph.graph import ComputeGraph
-from vkgraph.graph.packers import QUANT_FORMATS
+from vkgraph.ggml import FORMATS
 
 QTYPES = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
           "q8_0": gguf.GGMLQuantizationType.Q8_0}
@@ -21,7 +21,8 @@ def quantized(fmt, n, k, seed):
 
 def ref_packed(fmt, raw):
     """The packed layout in numpy: per block, its scales as float32, then its quant bytes."""
-    block, words, scales, _ = QUANT_FORMATS[fmt]
+    f = FORMATS[fmt]
+    block, words, scales = f.block_nbytes, f.words, f.scales
     n, row = raw.shape
     blocks = raw.reshape(n * row // block, block)
     q_off = 4 if fmt == "q4_1" else 2
@@ -30,7 +31,7 @@ def ref_packed(fmt, raw):
     return np.concatenate([s.view(np.uint8), quants], axis=1).reshape(-1)
 
 
-@pytest.mark.parametrize("fmt", list(QUANT_FORMATS))
+@pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("n,k", [(1, 32), (5, 64), (33, 96), (64, 576)])
 def test_pack_linear_and_embedding(device, compiler, fmt, n, k):
     raw, deq = quantized(fmt, n, k, n * k)

@@ -9,7 +9,7 @@ from vkgraph.config import GraphConfig
 from vkgraph.graph import ComputeGraph
 from vkgraph.models import synthetic
 from vkgraph.models.safetensors import SafetensorsFile
-from vkgraph.simulate import load_profile, model_nodes, simulate
+from vkgraph.tools.simulate import load_profile, model_nodes, simulate
 
 
 @pytest.mark.parametrize("mode,ring", [("legacy", 1 << 20), ("staged", 1 << 20), ("reduce-peak", 1 << 20),
@@ -34,7 +34,7 @@ def test_plan_and_peak_staging_match_the_device(device, compiler, tmp_path, mode
 def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     import math
 
-    from vkgraph.calibrate import calibrate, profile_toml
+    from vkgraph.tools.calibrate import calibrate, profile_toml
 
     profile, raw = calibrate(device, size_mb=2)
     values = [profile.copy_gbps, profile.fresh_copy_gbps, profile.encode_node_s,
@@ -54,7 +54,7 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
 
 @pytest.mark.slow
 def test_validate_compares_settled_loads(device, tmp_path, monkeypatch):
-    from vkgraph.calibrate import VALIDATE_MODES, validate
+    from vkgraph.tools.calibrate import VALIDATE_MODES, validate
 
     monkeypatch.setenv("VKGRAPH_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(ValueError, match="--loads must be > 2"):

@@ -6,7 +6,7 @@ from vkgraph import cli
 from vkgraph.config import load_config
 import itertools
 
-from vkgraph.tune import (DEFAULT, Confirmation, Point, beats, best_within, dominates, faster_beyond_noise, pareto,
+from vkgraph.tools.tune import (DEFAULT, Confirmation, Point, beats, best_within, dominates, faster_beyond_noise, pareto,
                           pooled, rank_p_value)
 
 

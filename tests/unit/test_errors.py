@@ -14,8 +14,8 @@ needs_binding = pytest.mark.skipif(isinstance(_vk.vk, _vk._MissingLoader), reaso
         ("VkErrorOutOfHostMemory", "VK_ERROR_OUT_OF_HOST_MEMORY", errors.OutOfHostMemoryError),
         ("VkErrorDeviceLost", "VK_ERROR_DEVICE_LOST", errors.DeviceLostError),
         ("VkTimeout", "VK_TIMEOUT", errors.FenceTimeoutError),
-        ("VkErrorLayerNotPresent", "VK_ERROR_LAYER_NOT_PRESENT", errors.UnsupportedFeatureError),
-        ("VkErrorExtensionNotPresent", "VK_ERROR_EXTENSION_NOT_PRESENT", errors.UnsupportedFeatureError),
+        ("VkErrorLayerNotPresent", "VK_ERROR_LAYER_NOT_PRESENT", errors.FeatureNotPresentError),
+        ("VkErrorExtensionNotPresent", "VK_ERROR_EXTENSION_NOT_PRESENT", errors.FeatureNotPresentError),
         ("VkErrorFragmentedPool", "VK_ERROR_FRAGMENTED_POOL", errors.VulkanError),
         ("VkNotReady", "VK_NOT_READY", errors.VulkanError),
         ("VkSuboptimalKhr", "VK_SUBOPTIMAL_KHR", errors.VulkanError),
@@ -33,6 +33,8 @@ def test_call_maps_binding_exceptions(cls, result, expected):
     assert (e.call, e.result) == ("vkSomething", result)
     assert str(e) == f"vkSomething failed: {result} (while testing)"
     assert isinstance(e, errors.VkGraphError)
+    # a call reporting a missing feature is both a failed call and a missing feature
+    assert isinstance(e, errors.UnsupportedFeatureError) == (expected is errors.FeatureNotPresentError)
 
 
 @needs_binding
@@ -57,6 +59,13 @@ def test_call_passes_results_through():
 
 
 def test_error_tree():
+    # vkgraph's own checks of what a device lacks are not failed Vulkan calls
+    assert not issubclass(errors.UnsupportedFeatureError, errors.VulkanError)
+    e = errors.UnsupportedFeatureError("maxImageDimension3D", "tensor 'x' needs a 9000-texel texture")
+    assert str(e) == "tensor 'x' needs a 9000-texel texture" and e.feature == "maxImageDimension3D"
+    for cls in (errors.SafetensorsError, errors.GGUFError, errors.TokenizerError, errors.ConfigError):
+        assert issubclass(cls, errors.VkGraphError) and issubclass(cls, ValueError)
+    assert issubclass(errors.ModelNotFoundError, FileNotFoundError)
     assert issubclass(errors.OutOfDeviceMemoryError, MemoryError)
     assert issubclass(errors.FenceTimeoutError, TimeoutError)
     assert issubclass(errors.ConfigError, ValueError)

@@ -2,9 +2,9 @@ import struct
 
 import pytest
 
-from vkgraph.errors import MissingTensorError
-from vkgraph.models.bpe import BPETokenizer, TokenizerError, render_chat
-from vkgraph.models.gguf_file import GGUFError, GGUFFile
+from vkgraph.errors import GGUFError, MissingTensorError, TokenizerError
+from vkgraph.models.bpe import BPETokenizer, render_chat
+from vkgraph.models.gguf_file import GGUFFile
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 import pytest
 
 from vkgraph.config import GraphConfig
-from vkgraph.plot import Span, plot_timeline, staging_in_use
-from vkgraph.simulate import load_profile, model_nodes, simulate
+from vkgraph.tools.plot import Span, plot_timeline, staging_in_use
+from vkgraph.tools.simulate import load_profile, model_nodes, simulate
 
 
 def test_staging_in_use_steps():

@@ -4,7 +4,8 @@ import struct
 import numpy as np
 import pytest
 
-from vkgraph.models.safetensors import SafetensorsError, SafetensorsFile, write_safetensors
+from vkgraph.errors import SafetensorsError
+from vkgraph.models.safetensors import SafetensorsFile, write_safetensors
 
 
 def test_round_trip(tmp_path):

@@ -5,7 +5,8 @@ import subprocess
 import pytest
 
 from vkgraph.errors import ShaderCompileError
-from vkgraph.shaders import GLSL_DIR, SpirvCompiler
+from vkgraph.paths import GLSL_DIR
+from vkgraph.shaders import SpirvCompiler
 
 pytestmark = pytest.mark.skipif(shutil.which("glslangValidator") is None, reason="glslang-tools not installed")
 

@@ -5,7 +5,7 @@ import pytest
 from vkgraph.config import GraphConfig
 from vkgraph.errors import ConfigError
 from vkgraph.graph.scheduler import PrepackThresholds, batches, prepack_cut_points
-from vkgraph.simulate import SimNode, load_profile, model_nodes, simulate
+from vkgraph.tools.simulate import SimNode, load_profile, model_nodes, simulate
 
 KiB = 1024
 PROFILE = load_profile("lavapipe")
@@ -63,13 +63,19 @@ def test_faster_device_loads_faster():
 
 
 def test_shape_only_llama_specs():
+    """Published configs go through the real llama builder on a recording graph."""
     nodes = model_nodes("llama-3.2-1b:q4_0")
-    assert len(nodes) == 1 + 16 * 9 + 1
+    # embedding, 16 layers of 9 weights, output norm, and the key mask the builder packs
+    assert len(nodes) == 1 + 16 * 9 + 1 + 1 and "kv_mask" in [n.name for n in nodes]
     params = sum(n.src_nbytes for n in nodes if n.packer == "q4_0") / 18 * 32
     assert 0.9e9 < params < 1.1e9  # the 1B model's matrices besides the embedding
-    assert model_nodes("llama-3-8b:fp16")[1].src_nbytes == 4096 * 4  # norms stay fp32
+    eight = {n.name: n for n in model_nodes("llama-3-8b:q4_0")}
+    assert eight["blk.0.attn_norm.weight"].src_nbytes == 4096 * 4  # norms stay fp32
+    assert eight["output.weight"].packer == "q4_0"  # Llama 3 8B does not tie its output to the embedding
     with pytest.raises(ValueError, match="unknown model 'gpt-9'"):
         model_nodes("gpt-9")
+    with pytest.raises(ValueError, match="unknown model 'llama-3-8b:fp16'"):
+        model_nodes("llama-3-8b:fp16")  # vkgraph has no fp16 weights: nothing it could load
 
 
 def test_bad_profiles(tmp_path):

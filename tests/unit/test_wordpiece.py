@@ -1,6 +1,7 @@
 import pytest
 
-from vkgraph.models.wordpiece import TokenizerError, WordPieceTokenizer
+from vkgraph.errors import TokenizerError
+from vkgraph.models.wordpiece import WordPieceTokenizer
 
 
 def test_ids_match_hugging_face_tokenizers(minilm_dir, minilm_golden):

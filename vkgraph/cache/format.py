@@ -1,4 +1,4 @@
-"""The packed-weight cache file (DESIGN.md §6).
+"""The packed-weight cache file (ARCHITECTURE.md §5).
 
 ::
 

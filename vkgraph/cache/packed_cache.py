@@ -1,12 +1,17 @@
-"""Using the packed-weight cache in a load: keys, device identity, opening (a bad or foreign file
-is a warning and gets rebuilt), and saving (merged with what other processes added, under a file
-lock, rebuilt to a temporary file and renamed over the old one)."""
+"""How a load uses the packed-weight cache (ARCHITECTURE.md §3, §5): keys, device identity,
+lookup (every region a load uses is checksummed first), giving hit tensors their memory from the
+file (zero-copy where the device imports host memory), and saving what a load packed (merged
+with what other processes added, under a file lock, rebuilt to a temporary file and renamed over
+the old one). A bad or foreign file is a warning and gets rebuilt."""
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
+import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -14,37 +19,99 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from ..errors import CacheFormatError
-from .format import PackedWeightFile, write_file
+from ..runtime import Device, ImportedBuffer
+from .format import PAGE, Entry, PackedWeightFile, align_page, write_file
 
 if TYPE_CHECKING:
     from ..graph.compute_graph import ComputeGraph
     from ..graph.nodes import PrepackNode
 
 
-def device_identity(graph: ComputeGraph) -> dict:
-    p = graph.device.physical
+def device_identity(device: Device) -> dict:
+    p = device.physical
     return {"vendor_id": p.vendor_id, "device_id": p.device_id, "driver": p.driver,
             "driver_version": p.driver_version, "pipeline_cache_uuid": p.pipeline_cache_uuid.hex()}
 
 
-def node_key(graph: ComputeGraph, node: PrepackNode) -> str:
-    """Tensor name, source identity, packer (name, parameters, shader hash) and packed shape."""
-    src = graph.values[node.src]
-    dst = graph.values[node.dst]
-    ident = getattr(src.source, "identity", None)
-    if ident is None:  # in-memory data: identify it by content
-        ident = "blake2b:" + hashlib.blake2b(src.source.read(), digest_size=16).hexdigest()
-    shader = "none"
-    if node.packer.shader is not None:
-        memo = graph._shader_hashes
-        sk = (node.packer.shader, tuple(sorted(node.packer.defines.items())))
-        if sk not in memo:
-            spirv = graph.compiler.compile_named(node.packer.shader, node.packer.defines)
-            memo[sk] = hashlib.sha256(spirv).hexdigest()[:16]
-        shader = memo[sk]
-    defines = ",".join(f"{k}={v}" for k, v in sorted(node.packer.defines.items()))
-    return (f"{src.name}|{ident}|{src.shape}|{src.dtype}|{node.packer.name}[{defines}]|{shader}|"
-            f"{dst.layout}|{dst.shape}|{dst.nbytes}")
+class PackedWeightCache:
+    """The cache file at ``path`` as one graph's loads use it. The file stays open (its pages
+    may be the device memory of hit tensors) until :meth:`close`, after those buffers are gone."""
+
+    def __init__(self, graph: ComputeGraph, path: str | Path):
+        self.graph = graph
+        self.path = Path(path)
+        self.identity = device_identity(graph.device)
+        self.file: PackedWeightFile | None = None
+        self.keys: dict[int, str] = {}  # prepack node index -> key, for the nodes the cache can hold
+
+    def key(self, node: PrepackNode) -> str:
+        """Tensor name, source identity, packer (name, parameters, shader hash) and packed shape."""
+        g = self.graph
+        src, dst = g.values[node.src], g.values[node.dst]
+        ident = getattr(src.source, "identity", None)
+        if ident is None:  # in-memory data: identify it by content
+            ident = "blake2b:" + hashlib.blake2b(src.source.read(), digest_size=16).hexdigest()
+        p = node.packer
+        shader = "none" if p.shader is None else g.kernels.shader_hash(p.shader, p.defines)
+        defines = ",".join(f"{k}={v}" for k, v in sorted(p.defines.items()))
+        return (f"{src.name}|{ident}|{src.shape}|{src.dtype}|{p.name}[{defines}]|{shader}|"
+                f"{dst.layout}|{dst.shape}|{dst.nbytes}")
+
+    def lookup(self) -> dict[int, Entry]:
+        """{prepack node index: entry} for the nodes the file holds, every region checked."""
+        g = self.graph
+        self.file = open_cache(self.path, self.identity)
+        self.keys, hits = {}, {}
+        for i, node in enumerate(g.prepack_nodes):
+            if g.values[node.dst].storage != "buffer":
+                continue  # textures are not cached
+            key = self.keys[i] = self.key(node)
+            entry = self.file.entries.get(key) if self.file else None
+            if entry is not None and entry.nbytes == g.values[node.dst].nbytes:
+                hits[i] = entry
+        if not hits:
+            return hits
+        # Check every region this load will use; xxh3 releases the GIL, so use the cores.
+        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+            intact = list(pool.map(self.file.intact, hits.values()))
+        bad = [e.key for e, ok in zip(hits.values(), intact) if not ok]
+        if bad:  # never hand the device damaged weights: pack everything, rebuild the file
+            warnings.warn(f"packed-weight cache rejected, it will be rebuilt: {self.path}: region checksum mismatch "
+                          f"for {bad[0].split('|', 1)[0]!r}" + (f" and {len(bad) - 1} more" if len(bad) > 1 else ""),
+                          stacklevel=4)
+            self.close()
+            return {}
+        return hits
+
+    def load(self, node: PrepackNode, entry: Entry) -> str:
+        """Give a hit's tensor its memory; returns the path taken: "zero-copy" (the file's pages
+        imported as device memory) or "copy"."""
+        g = self.graph
+        dst = g.values[node.dst]
+        dev = g.device
+        align = dev.physical.min_imported_host_pointer_alignment
+        if dev.has_external_memory_host and align and PAGE % align == 0:
+            padded = memoryview(self.file.mapping)[entry.offset:entry.offset + align_page(entry.nbytes)]
+            g.memory.adopt(dst, ImportedBuffer(dev, padded, dst.nbytes, name=dst.name))
+            return "zero-copy"
+        g.memory.upload(dst, np.frombuffer(self.file.region(entry), np.uint8))
+        return "copy"
+
+    def save(self, hits: dict[int, Entry]) -> float:
+        """Write what the load packed (the keyed nodes that were not hits) to the file, once;
+        nothing when everything came from the cache. Returns the seconds it took."""
+        t0 = time.perf_counter()
+        g = self.graph
+        new = {key: (g.values[g.prepack_nodes[i].dst].layout, g.read_tensor(g.prepack_nodes[i].dst))
+               for i, key in self.keys.items() if i not in hits}
+        if new or (self.file is None and self.path.exists()):
+            save(self.path, self.identity, new)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 def open_cache(path: Path, identity: dict) -> PackedWeightFile | None:
@@ -55,11 +122,11 @@ def open_cache(path: Path, identity: dict) -> PackedWeightFile | None:
     try:
         f = PackedWeightFile(path)
     except CacheFormatError as exc:
-        warnings.warn(f"packed-weight cache rejected, it will be rebuilt: {exc}", stacklevel=3)
+        warnings.warn(f"packed-weight cache rejected, it will be rebuilt: {exc}", stacklevel=5)
         return None
     if f.identity != identity:
         warnings.warn(f"packed-weight cache rejected, it will be rebuilt: {path} was built for another device or "
-                      f"driver ({f.identity.get('driver')!r}, device {f.identity.get('device_id')})", stacklevel=3)
+                      f"driver ({f.identity.get('driver')!r}, device {f.identity.get('device_id')})", stacklevel=5)
         f.close()
         return None
     return f

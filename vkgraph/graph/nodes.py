@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 
 from ..runtime import CommandBuffer, DescriptorPool, DescriptorType
 from .packers import Packer
-from .staging import StagingRegion, align_up
-from .windows import row_windows
+from .scheduler import align_up
+from .staging import StagingRegion
 from .values import Tensor, TensorRef, ValueRef
+from .windows import row_windows
 
 if TYPE_CHECKING:
     from .compute_graph import ComputeGraph
+    from .kernels import Kernel
 
 
 def dispatch_groups(work_items: int, local_size: int, max_groups: int) -> int:
@@ -41,6 +43,10 @@ class PrepackNode:
     def staging_nbytes(self, graph: ComputeGraph) -> int:
         return 0 if self.direct else graph.values[self.src].nbytes
 
+    def kernel(self, graph: ComputeGraph) -> Kernel:
+        p = self.packer
+        return graph.kernels.get(p.shader, packer_bindings(p), p.push_nbytes, {0: PACK_LOCAL_SIZE}, p.defines)
+
     def windows(self, graph: ComputeGraph) -> list[tuple[int, int] | None]:
         """The packing dispatches: one (None) when source and destination fit one binding,
         else row windows that do (only shader packers bind, so only they need this)."""
@@ -54,10 +60,11 @@ class PrepackNode:
 
     def encode(self, graph: ComputeGraph, cmd: CommandBuffer, region: StagingRegion | None,
                pool: DescriptorPool | None) -> int:
-        """Allocate the destination, stage and record the packing; returns dispatches recorded."""
+        """Allocate the destination, stage and record the packing; returns dispatches recorded.
+        The caller releases the source (after its last reader)."""
         src: TensorRef = graph.values[self.src]
         dst: Tensor = graph.values[self.dst]
-        resource = graph._allocate(dst)
+        resource = graph.memory.allocate(dst)
         data = src.source.read()
         dispatches = 0
         if self.direct:
@@ -68,8 +75,7 @@ class PrepackNode:
             if self.packer.shader is None:
                 cmd.copy_buffer(region.buffer, dst.buffer, data.nbytes, src_offset=offset)
             else:
-                kernel = graph.kernel(self.packer.shader, packer_bindings(self.packer), self.packer.push_nbytes,
-                                      {0: PACK_LOCAL_SIZE}, self.packer.defines)
+                kernel = self.kernel(graph)
                 if dst.image is not None:
                     cmd.prepare_image(dst.image)
                 cmd.bind_pipeline(kernel.pipeline)
@@ -91,8 +97,6 @@ class PrepackNode:
                     cmd.push_constants(kernel.layout, push)
                     cmd.dispatch(dispatch_groups(work, PACK_LOCAL_SIZE, graph.max_groups_x))
                     dispatches += 1
-        del data
-        graph._read_done(src)
         return dispatches
 
 
@@ -117,8 +121,11 @@ class DispatchNode:
         return tuple(DescriptorType.STORAGE_IMAGE if t.storage == "texture3d" else DescriptorType.STORAGE_BUFFER
                      for t in self.tensors(graph))
 
+    def kernel(self, graph: ComputeGraph) -> Kernel:
+        return graph.kernels.get(self.shader, self.binding_types(graph), len(self.push), self.spec, self.defines)
+
     def encode(self, graph: ComputeGraph, cmd: CommandBuffer, pool: DescriptorPool) -> None:
-        kernel = graph.kernel(self.shader, self.binding_types(graph), len(self.push), self.spec, self.defines)
+        kernel = self.kernel(graph)
         for t in self.tensors(graph):
             if t.image is not None:
                 cmd.prepare_image(t.image)

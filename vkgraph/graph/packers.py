@@ -12,6 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import PrepackMismatchError
+from ..ggml import BLOCK_WEIGHTS, FORMATS
 from .values import Tensor, TensorRef
 
 
@@ -193,22 +194,19 @@ class TexturePacker(Packer):
         super().validate_source(src)
 
 
-#: GGML block formats: (block bytes, packed quant words per block, scales per block, QTYPE).
-#: Packed, each block is a record of scales then quant words (glsl/quant_blocks.h).
-QUANT_FORMATS = {"q4_0": (18, 4, 1, 0), "q4_1": (20, 4, 2, 1), "q8_0": (34, 8, 1, 2)}
-
-
 class QuantPacker(Packer):
-    """GGML blocks (uint8 rows of whole blocks) repacked into quant words + float scales
-    (see glsl/quant_blocks.h). The destination's logical shape is (rows, weights per row)."""
+    """GGML blocks (uint8 rows of whole blocks, formats in vkgraph/ggml.py) repacked into float
+    scales + quant words (see glsl/quant_blocks.h). The destination's logical shape is (rows,
+    weights per row)."""
 
     shader = "pack_quant"
     push_nbytes = 12
 
     def __init__(self, fmt: str):
         self.name = self.layout = fmt  # type: ignore[misc]
-        self.block_bytes, self.words, self.scales, qtype = QUANT_FORMATS[fmt]
-        self.defines = {"QTYPE": qtype}
+        self.format = FORMATS[fmt]
+        self.block_bytes = self.format.block_nbytes
+        self.defines = {"QTYPE": self.format.qtype}
 
     def _blocks(self, src: TensorRef) -> tuple[int, int]:
         rows, row_bytes = src.shape
@@ -216,25 +214,25 @@ class QuantPacker(Packer):
 
     def dst_shape(self, src: TensorRef) -> tuple[int, ...]:
         rows, nb = self._blocks(src)
-        return (rows, nb * 32)
+        return (rows, nb * BLOCK_WEIGHTS)
 
     def packed_nbytes(self, src: TensorRef) -> int:
         rows, nb = self._blocks(src)
-        return rows * nb * (self.words + self.scales) * 4
+        return rows * nb * self.format.packed_block_nbytes
 
     def push_constants(self, src: TensorRef) -> bytes:
         rows, nb = self._blocks(src)
         return struct.pack("<III", rows, nb, src.shape[1])
 
     def work_items(self, dst: Tensor) -> int:
-        return dst.shape[0] * dst.shape[1] // 32
+        return dst.shape[0] * dst.shape[1] // BLOCK_WEIGHTS
 
     def make_dst(self, src: TensorRef, name: str) -> Tensor:
         return Tensor(name, self.dst_shape(src), np.dtype(np.float32), self.layout, self.packed_nbytes(src), constant=True)
 
     def row_layout(self, src: TensorRef) -> tuple[int, int, int, int]:
         rows, nb = self._blocks(src)
-        return rows, src.shape[1], nb * (self.words + self.scales) * 4, 1
+        return rows, src.shape[1], nb * self.format.packed_block_nbytes, 1
 
     def window_push(self, src: TensorRef, r0: int, r1: int) -> bytes:
         return struct.pack("<III", r1 - r0, self._blocks(src)[1], src.shape[1])
@@ -261,7 +259,7 @@ class QuantPacker(Packer):
 PACKERS: dict[str, Packer] = {
     p.name: p
     for p in (IdentityPacker(), TransposedPacker(), Linear4x4Packer(), Conv2dC4Packer(),
-              TexturePacker("channels_packed"), TexturePacker("width_packed"), *(QuantPacker(f) for f in QUANT_FORMATS))
+              TexturePacker("channels_packed"), TexturePacker("width_packed"), *(QuantPacker(f) for f in FORMATS))
 }
 
 

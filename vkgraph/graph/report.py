@@ -1,4 +1,4 @@
-"""The load report of ``run_prepack()`` / ``prepack()`` and its Chrome trace (DESIGN.md §7).
+"""The load report of ``run_prepack()`` / ``prepack()`` and its Chrome trace (ARCHITECTURE.md §3 step 7).
 
 Times are host ``perf_counter`` seconds relative to the start of the load. GPU spans come from
 timestamp queries, moved onto the host clock with an offset measured once per device.

@@ -1,12 +1,14 @@
-"""When to submit: the command-buffer cut policy for prepack and execute (pure Python).
+"""The submission policy (ARCHITECTURE.md §4), pure Python: when prepack and execute submit,
+how much staging each prepack mode holds, and which mode a load runs in.
 
 No Vulkan here: the graph asks this module *when* to submit and does the submitting itself, and
-the load simulator replays the same decisions, so both agree on every cut point.
+the load simulator replays the same decisions, so both agree on every cut point and on peak
+staging.
 
-Prepack rule (DESIGN.md §4, as ET-VK's ``ComputeGraph::prepack``): before encoding node ``i``
--- never the first node nor the last -- submit the current command buffer if the staging bytes
-already in it exceed the byte threshold, or the nodes already in it exceed the node threshold.
-The initial thresholds apply until the first cut, the steady ones after.
+Prepack rule (as ET-VK's ``ComputeGraph::prepack``): before encoding node ``i`` -- never the first
+node nor the last -- submit the current command buffer if the staging bytes already in it exceed
+the byte threshold, or the nodes already in it exceed the node threshold. The initial thresholds
+apply until the first cut, the steady ones after.
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..config import GraphConfig
+
+MODES = ("legacy", "staged", "reduce-peak")
+
+
+def align_up(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
 
 
 @dataclass(frozen=True)
@@ -28,12 +36,9 @@ class PrepackThresholds:
     @classmethod
     def from_config(cls, cfg: GraphConfig) -> PrepackThresholds:
         """The thresholds in force (0 in the config means the default)."""
-        return cls(
-            initial_nbytes=cfg.effective("prepack.initial_threshold_nbytes"),
-            nbytes=cfg.effective("prepack.threshold_nbytes"),
-            initial_nodes=cfg.effective("prepack.initial_threshold_nodes"),
-            nodes=cfg.effective("prepack.threshold_nodes"),
-        )
+        p = cfg.resolved.prepack
+        return cls(initial_nbytes=p.initial_threshold_nbytes, nbytes=p.threshold_nbytes,
+                   initial_nodes=p.initial_threshold_nodes, nodes=p.threshold_nodes)
 
 
 class PrepackCutter:
@@ -89,17 +94,59 @@ def reduce_peak_memory(cfg: GraphConfig, total_constant_nbytes: int) -> bool:
     """Whether the load runs in reduce-peak mode (``true``; ``"auto"`` above the limit)."""
     mode = cfg.prepack.reduce_peak_memory
     if mode == "auto":
-        return total_constant_nbytes > cfg.effective("prepack.auto_reduce_above_nbytes")
+        return total_constant_nbytes > cfg.resolved.prepack.auto_reduce_above_nbytes
     return bool(mode)
+
+
+def run_prepack_mode(cfg: GraphConfig, total_constant_nbytes: int) -> str:
+    """The mode ``run_prepack()`` starts in: "reduce-peak" or "staged"."""
+    return "reduce-peak" if reduce_peak_memory(cfg, total_constant_nbytes) else "staged"
+
+
+@dataclass(frozen=True)
+class PrepackPlan:
+    """How one prepack runs: its command buffers and the staging it holds.
+
+    - legacy: one command buffer; all its staging is alive at once.
+    - staged: cut by the thresholds; staging is a ring of ``staging_ring_nbytes`` (at most what
+      the load stages), reused as batches finish.
+    - reduce-peak: cut by the thresholds; one batch of staging, reused after waiting for each batch.
+    """
+
+    mode: str
+    batches: list[range]  # node index ranges, one per command buffer
+    batch_nbytes: list[int]  # staging each batch reserves (every node's bytes aligned)
+    staging_capacity: int
+
+    @property
+    def waits_each_batch(self) -> bool:
+        return self.mode == "reduce-peak"
+
+
+def plan_prepack(mode: str, staging_nbytes: Sequence[int], alignment: int, cfg: GraphConfig) -> PrepackPlan:
+    """The plan of a prepack in ``mode`` of nodes staging these bytes (each node's staging
+    starts at a multiple of ``alignment``)."""
+    if mode not in MODES:
+        raise ValueError(f"prepack mode must be one of {', '.join(MODES)}, not {mode!r}")
+    cuts = [] if mode == "legacy" else prepack_cut_points(staging_nbytes, PrepackThresholds.from_config(cfg))
+    plan = batches(len(staging_nbytes), cuts)
+    batch_nbytes = [sum(align_up(staging_nbytes[i], alignment) for i in b) for b in plan]
+    total = sum(batch_nbytes)
+    if mode == "legacy":
+        capacity = total
+    elif mode == "reduce-peak":
+        capacity = max(batch_nbytes, default=0)
+    else:
+        capacity = min(cfg.resolved.prepack.staging_ring_nbytes, total)
+    return PrepackPlan(mode, plan, batch_nbytes, capacity)
 
 
 def execute_cut_points(node_count: int, cfg: GraphConfig) -> list[int]:
     """Indices before which ``execute()`` starts a new command buffer: after the initial count,
     then every steady count. With ``max_cmds`` set, the steady count grows until the command
     buffers fit (ET-VK does the same)."""
-    initial = cfg.effective("execute.initial_threshold_node_count")
-    steady = cfg.effective("execute.threshold_node_count")
-    max_cmds = cfg.effective("execute.max_cmds")
+    e = cfg.resolved.execute
+    initial, steady, max_cmds = e.initial_threshold_node_count, e.threshold_node_count, e.max_cmds
     if node_count <= initial:
         return []
     if max_cmds == 1:

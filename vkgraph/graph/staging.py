@@ -16,12 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime import Buffer, BufferUsage, Device, Fence, MemoryKind
-from ..runtime.sync import DEFAULT_TIMEOUT_S
-
-
-def align_up(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
+from ..runtime import DEFAULT_TIMEOUT_S, Buffer, BufferUsage, Device, Fence, MemoryKind
+from .scheduler import align_up
 
 
 @dataclass

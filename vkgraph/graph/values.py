@@ -1,14 +1,15 @@
-"""Graph values: CPU constants (:class:`TensorRef`), device tensors (:class:`Tensor`) and scalars,
-all referenced by integer refs into the graph's value table."""
+"""Graph values: CPU constants (:class:`TensorRef`) and device tensors (:class:`Tensor`), referenced
+by integer refs into the graph's value table, and the host staging of graph inputs and outputs."""
 
 from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
+from ..errors import VkGraphError
 from ..runtime import Buffer, Image3D
 
 ValueRef = int
@@ -97,6 +98,15 @@ class LazySource:
             self._release()
 
 
+def shape_only_source(name: str, nbytes: int) -> LazySource:
+    """The source of a tensor known by its shape only (a recording graph's): reading it fails."""
+
+    def unreadable() -> np.ndarray:
+        raise VkGraphError(f"tensor {name!r} has a shape but no bytes: a shape-only model cannot be loaded")
+
+    return LazySource(nbytes, unreadable)
+
+
 @dataclass
 class TensorRef:
     """A CPU constant: name, shape, dtype and a source of bytes. A quantized weight has
@@ -151,11 +161,6 @@ class Tensor:
     @property
     def resource(self) -> Buffer | Image3D | None:
         return self.image if self.storage == "texture3d" else self.buffer
-
-
-@dataclass
-class Scalar:
-    value: Any
 
 
 @dataclass

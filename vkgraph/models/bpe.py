@@ -14,7 +14,7 @@ from typing import Any
 
 import regex
 
-from ..errors import VkGraphError
+from ..errors import TokenizerError
 
 GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 #: Pre-tokenizer regexes by ``tokenizer.ggml.pre`` (as llama.cpp groups them).
@@ -26,10 +26,6 @@ PRE_TOKENIZERS = {
     "refact": [r"\p{N}", GPT2_SPLIT],
 }
 CONTROL, USER_DEFINED = 3, 4
-
-
-class TokenizerError(VkGraphError, ValueError):
-    pass
 
 
 @lru_cache(maxsize=1)

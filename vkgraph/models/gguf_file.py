@@ -12,15 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MissingTensorError, VkGraphError
+from ..errors import GGUFError, MissingTensorError
+from ..ggml import BLOCK_WEIGHTS, BY_GGML_TYPE
 from ..graph.values import ArraySource, file_identity
 
-#: GGML types vkgraph reads, and the packer format of the quantized ones.
-SUPPORTED = {"F32": "", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}
+#: GGML types vkgraph reads: F32 and the block formats of vkgraph/ggml.py.
+SUPPORTED = ("F32", *BY_GGML_TYPE)
 
-
-class GGUFError(VkGraphError, ValueError):
-    """A GGUF file is malformed or uses something unsupported; names the file and the reason."""
 
 
 @dataclass(frozen=True)
@@ -32,8 +30,18 @@ class GGUFTensor:
     offset: int  # absolute file offset of the data
 
     @property
+    def raw_shape(self) -> tuple[int, ...]:
+        """The shape of the bytes in the file: ``shape`` for F32, uint8 rows of blocks otherwise."""
+        return self.data.shape
+
+    @property
+    def raw_dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
     def quant(self) -> str:
-        return SUPPORTED[self.ggml_type]
+        """The packer format of a quantized tensor ("q4_0", ...), "" for F32."""
+        return BY_GGML_TYPE[self.ggml_type].name if self.ggml_type in BY_GGML_TYPE else ""
 
 
 #: Bytes of each GGUF scalar value type (uint8 .. float64); 8 = string, 9 = array.
@@ -111,9 +119,6 @@ def _prescan(path: str, data: bytes | memoryview) -> None:
         pos += 8 * dims + 12
 
 
-_BLOCK = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}  # bytes per block of 32 values
-
-
 def _data_nbytes(kind: str, shape: tuple[int, ...]) -> int | None:
     """Bytes of a tensor's data, or None when its shape cannot hold its type (a quantized row
     must be whole blocks)."""
@@ -122,9 +127,9 @@ def _data_nbytes(kind: str, shape: tuple[int, ...]) -> int | None:
         count *= n
     if kind == "F32":
         return 4 * count
-    if not shape or shape[-1] % 32:
+    if not shape or shape[-1] % BLOCK_WEIGHTS:
         return None
-    return count // 32 * _BLOCK[kind]
+    return count // BLOCK_WEIGHTS * BY_GGML_TYPE[kind].block_nbytes
 
 
 class GGUFFile:

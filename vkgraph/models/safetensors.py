@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import MissingTensorError, VkGraphError
+from ..errors import MissingTensorError, SafetensorsError
 from ..graph.values import ArraySource, file_identity
 
 DTYPES = {
@@ -26,10 +26,6 @@ DTYPES = {
 }
 NAMES = {np.dtype(v): k for k, v in DTYPES.items() if v is not None}
 MAX_HEADER = 100 << 20
-
-
-class SafetensorsError(VkGraphError, ValueError):
-    """A safetensors file is malformed; the message names the file and what is wrong."""
 
 
 @dataclass(frozen=True)

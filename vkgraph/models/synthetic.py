@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import ops
-from .._files import user_cache_dir
 from ..graph.compute_graph import ComputeGraph
-from ..graph.values import ValueRef
-from .safetensors import SafetensorsFile, write_safetensors
+from ..graph.values import ByteSource, ValueRef, shape_only_source
+from ..paths import user_cache_dir
+from .safetensors import SafetensorsFile, TensorInfo, write_safetensors
 
 MiB = 1 << 20
 FORMAT_VERSION = "1"
@@ -89,7 +89,21 @@ def weights_path(spec: SyntheticSpec, cache_dir: str | Path | None = None) -> Pa
     return path
 
 
-def build(g: ComputeGraph, st: SafetensorsFile, spec: SyntheticSpec) -> tuple[ValueRef, ValueRef]:
+class SpecWeights:
+    """The weights of ``spec`` by shape only, without generating them (a recording graph's)."""
+
+    def __init__(self, spec: SyntheticSpec):
+        self._shapes = spec.shapes()
+
+    def info(self, name: str) -> TensorInfo:
+        shape = self._shapes[name]
+        return TensorInfo(name, np.dtype(np.float32), shape, 0, int(np.prod(shape)) * 4)
+
+    def source(self, name: str) -> ByteSource:
+        return shape_only_source(name, self.info(name).nbytes)
+
+
+def build(g: ComputeGraph, st: SafetensorsFile | SpecWeights, spec: SyntheticSpec) -> tuple[ValueRef, ValueRef]:
     """Add the forward graph; returns (ids input, logits output)."""
 
     def w(name: str) -> ValueRef:

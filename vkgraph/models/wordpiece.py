@@ -12,11 +12,8 @@ import json
 import unicodedata
 from pathlib import Path
 
-from ..errors import VkGraphError
+from ..errors import TokenizerError
 
-
-class TokenizerError(VkGraphError, ValueError):
-    """A tokenizer file is missing something vkgraph needs, or is of an unsupported kind."""
 
 
 def _is_punctuation(ch: str) -> bool:

@@ -1,28 +1,20 @@
 """Layer 3: op builders. Each adds the prepack nodes its weights need and its dispatch nodes,
-and returns the ref of its output tensor. ``REGISTRY`` maps op names to builders."""
+and returns the ref of its output tensor."""
 
 from __future__ import annotations
 
 import struct
-from typing import Callable
 
 import numpy as np
 
+from ..errors import UnsupportedFeatureError
+from ..ggml import FORMATS
 from ..graph.compute_graph import ComputeGraph
 from ..graph.nodes import DispatchNode, dispatch_groups
-from ..graph.packers import QUANT_FORMATS
-from ..errors import UnsupportedFeatureError
-from ..graph.windows import row_windows
 from ..graph.values import Tensor, TensorRef, ValueRef
+from ..graph.windows import row_windows
 
 LOCAL_SIZE = 64
-
-REGISTRY: dict[str, Callable[..., ValueRef]] = {}
-
-
-def register(fn: Callable[..., ValueRef]) -> Callable[..., ValueRef]:
-    REGISTRY[fn.__name__] = fn
-    return fn
 
 
 def _buffer(g: ComputeGraph, ref: ValueRef, what: str) -> tuple[ValueRef, Tensor]:
@@ -63,7 +55,7 @@ def _row_windows(g: ComputeGraph, ref: ValueRef, rows: int, unit: int = 1) -> li
     try:
         windows = row_windows(rows, (row_nbytes,), g.max_binding_nbytes, g.staging_alignment, unit)
     except ValueError as exc:
-        raise UnsupportedFeatureError("vkUpdateDescriptorSets", "maxStorageBufferRange",
+        raise UnsupportedFeatureError("maxStorageBufferRange",
                                       f"tensor {t.name!r} of {t.nbytes} bytes cannot be read in windows ({exc})") from None
     out = []
     for r0, r1 in windows:
@@ -76,7 +68,6 @@ def _groups(g: ComputeGraph, work: int) -> tuple[int, int, int]:
     return (dispatch_groups(work, LOCAL_SIZE, g.max_groups_x), 1, 1)
 
 
-@register
 def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None) -> ValueRef:
     """``y = x @ weight.T (+ bias)``; ``weight`` is ``[out_features, in_features]``: fp32 (packed
     4x4) or GGML-quantized (q4_0, q4_1, q8_0; packed into quant words + scales)."""
@@ -87,12 +78,12 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
         raise ValueError(f"linear: input {xt.shape} and weight {w.shape} do not fit ([M, K] x [N, K])")
     (m, k), n = xt.shape, w.shape[0]
     y = g.add_tensor((m, n), np.float32)
-    if w.layout in QUANT_FORMATS:
+    if w.layout in FORMATS:
         if bias is not None:
             raise ValueError("linear: a bias with quantized weights is not supported")
         for r0, r1, wb in _row_windows(g, w_ref, n):
             g.add_dispatch(DispatchNode("linear_quant", [y, x, wb], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
-                                        {0: LOCAL_SIZE}, _groups(g, m * (r1 - r0)), {"QTYPE": QUANT_FORMATS[w.layout][3]}))
+                                        {0: LOCAL_SIZE}, _groups(g, m * (r1 - r0)), {"QTYPE": FORMATS[w.layout].qtype}))
         return y
     extra = []
     if bias is not None:
@@ -136,17 +127,14 @@ def _binary(g: ComputeGraph, a: ValueRef, b: ValueRef, op: int, name: str) -> Va
     return out
 
 
-@register
 def add(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
     return _binary(g, a, b, 0, "add")
 
 
-@register
 def sub(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
     return _binary(g, a, b, 1, "sub")
 
 
-@register
 def mul(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
     return _binary(g, a, b, 2, "mul")
 
@@ -159,17 +147,14 @@ def _unary(g: ComputeGraph, a: ValueRef, op: int, name: str) -> ValueRef:
     return out
 
 
-@register
 def silu(g: ComputeGraph, a: ValueRef) -> ValueRef:
     return _unary(g, a, 0, "silu")
 
 
-@register
 def relu(g: ComputeGraph, a: ValueRef) -> ValueRef:
     return _unary(g, a, 1, "relu")
 
 
-@register
 def gelu(g: ComputeGraph, a: ValueRef, approximate: str = "none") -> ValueRef:
     """GELU, exact (erf) form or ``approximate="tanh"``."""
     if approximate not in ("none", "tanh"):
@@ -177,7 +162,6 @@ def gelu(g: ComputeGraph, a: ValueRef, approximate: str = "none") -> ValueRef:
     return _unary(g, a, 2 if approximate == "none" else 3, "gelu")
 
 
-@register
 def layer_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef, eps: float = 1e-5) -> ValueRef:
     """LayerNorm over the last dimension of a ``[M, D]`` tensor."""
     x, xt = _buffer(g, x, "layer_norm input")
@@ -200,7 +184,6 @@ def _step(g: ComputeGraph, step: ValueRef, what: str) -> None:
         raise TypeError(f"{what}: step must be a uint32 tensor holding the position, got {st.shape} {st.dtype}")
 
 
-@register
 def rope(g: ComputeGraph, x: ValueRef, step: ValueRef, *, heads: int, theta: float = 10000.0,
          neox: bool = False) -> ValueRef:
     """Rotary embedding of ``x`` ``[T, heads*Dh]`` at positions ``step[0] + t``. Pairs are
@@ -216,7 +199,6 @@ def rope(g: ComputeGraph, x: ValueRef, step: ValueRef, *, heads: int, theta: flo
     return out
 
 
-@register
 def kv_write(g: ComputeGraph, cache: ValueRef, src: ValueRef, step: ValueRef) -> ValueRef:
     """Write ``src`` ``[T, W]`` into rows ``step[0]..`` of ``cache`` ``[rows, W]``; returns ``cache``."""
     ct = _tensor(g, cache, "kv cache")
@@ -229,7 +211,6 @@ def kv_write(g: ComputeGraph, cache: ValueRef, src: ValueRef, step: ValueRef) ->
     return cache
 
 
-@register
 def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, kv_heads: int | None = None,
          batch: int = 1, key_mask: ValueRef | None = None, causal: bool = False, q_pos0: int = 0,
          step: ValueRef | None = None, scale: float | None = None) -> ValueRef:
@@ -266,7 +247,6 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
     return out
 
 
-@register
 def softmax(g: ComputeGraph, x: ValueRef) -> ValueRef:
     """Softmax over the last dimension of a ``[M, D]`` tensor."""
     x, xt = _buffer(g, x, "softmax input")
@@ -277,7 +257,6 @@ def softmax(g: ComputeGraph, x: ValueRef) -> ValueRef:
     return out
 
 
-@register
 def matmul(g: ComputeGraph, a: ValueRef, b: ValueRef, *, transpose_b: bool = False) -> ValueRef:
     """``a @ b`` (or ``a @ b.T``) for ``[M, K]`` x ``[K, N]`` or batched ``[B, M, K]`` x ``[B, K, N]``;
     both operands may be runtime tensors or constants."""
@@ -304,7 +283,6 @@ def _pair(v: int | tuple[int, int], what: str) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
-@register
 def conv2d(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None, *,
            stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0,
            dilation: int | tuple[int, int] = 1, groups: int = 1) -> ValueRef:
@@ -352,7 +330,6 @@ def conv2d(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     return out
 
 
-@register
 def to_texture(g: ComputeGraph, x: ValueRef, layout: str = "") -> ValueRef:
     """``x`` in texture storage (channels- or width-packed; default: the config's
     ``graph.memory_layout``, else channels-packed)."""
@@ -367,13 +344,11 @@ def to_texture(g: ComputeGraph, x: ValueRef, layout: str = "") -> ValueRef:
     return g.buffer_to_texture(x, layout)
 
 
-@register
 def to_buffer(g: ComputeGraph, x: ValueRef) -> ValueRef:
     """``x`` in buffer storage (NCHW)."""
     return _buffer(g, x, "to_buffer input")[0]
 
 
-@register
 def mean_pool(g: ComputeGraph, x: ValueRef, mask: ValueRef, batch: int) -> ValueRef:
     """Masked mean over tokens: ``x`` ``[batch*T, D]``, ``mask`` ``[batch*T]`` -> ``[batch, D]``."""
     x, xt = _buffer(g, x, "mean_pool input")
@@ -386,7 +361,6 @@ def mean_pool(g: ComputeGraph, x: ValueRef, mask: ValueRef, batch: int) -> Value
     return out
 
 
-@register
 def l2_normalize(g: ComputeGraph, x: ValueRef, eps: float = 1e-12) -> ValueRef:
     """Each row divided by its L2 norm (at least ``eps``), as torch.nn.functional.normalize."""
     x, xt = _buffer(g, x, "l2_normalize input")
@@ -397,7 +371,6 @@ def l2_normalize(g: ComputeGraph, x: ValueRef, eps: float = 1e-12) -> ValueRef:
     return out
 
 
-@register
 def rms_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, eps: float = 1e-6) -> ValueRef:
     """RMSNorm over the last dimension of a ``[M, D]`` tensor, scaled by ``weight[D]``."""
     x, xt = _buffer(g, x, "rms_norm input")
@@ -411,7 +384,6 @@ def rms_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, eps: float = 1e-6) 
     return out
 
 
-@register
 def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
     """Rows of ``table[V, D]`` (fp32 or GGML-quantized) for int32 ``ids[T]`` (ids outside
     [0, V) give zero rows)."""
@@ -423,15 +395,15 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
     v, d = tt.shape
     t = it.shape[0]
     out = g.add_tensor((t, d), np.float32)
-    quant = tt.layout in QUANT_FORMATS
+    quant = tt.layout in FORMATS
     for i, (r0, r1, tb) in enumerate(_row_windows(g, table, v)):
         g.add_dispatch(DispatchNode("embedding_quant" if quant else "embedding", [out, ids, tb],
                                     struct.pack("<6I", t, d, r0, r1, v, int(i == 0)), {0: LOCAL_SIZE},
-                                    _groups(g, t * d), {"QTYPE": QUANT_FORMATS[tt.layout][3]} if quant else {}))
+                                    _groups(g, t * d), {"QTYPE": FORMATS[tt.layout].qtype} if quant else {}))
     return out
 
 
 __all__ = [
-    "REGISTRY", "add", "conv2d", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear", "matmul", "mean_pool",
-    "mul", "register", "relu", "rms_norm", "rope", "sdpa", "silu", "softmax", "sub", "to_buffer", "to_texture",
+    "add", "conv2d", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear", "matmul", "mean_pool",
+    "mul", "relu", "rms_norm", "rope", "sdpa", "silu", "softmax", "sub", "to_buffer", "to_texture",
 ]

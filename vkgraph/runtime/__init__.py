@@ -5,10 +5,11 @@ from .descriptor import DescriptorPool, DescriptorSet, DescriptorSetLayout, Desc
 from .device import Device, select_physical_device
 from .handle import VkObject, collected_objects, live_objects
 from .image import Image3D, storage_image_supported
-from .instance import DebugMessage, Instance, PhysicalDevice, debug_messages
+from .instance import DebugMessage, Instance, PhysicalDevice, debug_messages, loader_version
 from .memory import Buffer, BufferUsage, ImportedBuffer, MemoryKind, select_memory_type
 from .pipeline import ComputePipeline, PipelineCache, PipelineLayout, ShaderModule
-from .query import TimestampQueryPool
+from .query import TimestampQueryPool, host_clock_offset_ns
+from .submit import OneShot, submit_and_wait
 from .sync import DEFAULT_TIMEOUT_S, Fence, Semaphore
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "ImportedBuffer",
     "Instance",
     "MemoryKind",
+    "OneShot",
     "PhysicalDevice",
     "PipelineCache",
     "PipelineLayout",
@@ -39,10 +41,13 @@ __all__ = [
     "Stage",
     "TimestampQueryPool",
     "VkObject",
-    "debug_messages",
     "collected_objects",
+    "debug_messages",
+    "host_clock_offset_ns",
     "live_objects",
+    "loader_version",
     "select_memory_type",
     "select_physical_device",
     "storage_image_supported",
+    "submit_and_wait",
 ]

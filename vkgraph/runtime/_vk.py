@@ -13,10 +13,10 @@ from typing import Any, Callable
 from ..errors import (
     DeviceLostError,
     DeviceNotFoundError,
+    FeatureNotPresentError,
     FenceTimeoutError,
     OutOfDeviceMemoryError,
     OutOfHostMemoryError,
-    UnsupportedFeatureError,
     VulkanError,
 )
 
@@ -53,11 +53,11 @@ _ERROR_CLASS = {
     "VK_ERROR_OUT_OF_HOST_MEMORY": OutOfHostMemoryError,
     "VK_ERROR_DEVICE_LOST": DeviceLostError,
     "VK_TIMEOUT": FenceTimeoutError,
-    "VK_ERROR_LAYER_NOT_PRESENT": UnsupportedFeatureError,
-    "VK_ERROR_EXTENSION_NOT_PRESENT": UnsupportedFeatureError,
-    "VK_ERROR_FEATURE_NOT_PRESENT": UnsupportedFeatureError,
-    "VK_ERROR_INCOMPATIBLE_DRIVER": UnsupportedFeatureError,
-    "VK_ERROR_FORMAT_NOT_SUPPORTED": UnsupportedFeatureError,
+    "VK_ERROR_LAYER_NOT_PRESENT": FeatureNotPresentError,
+    "VK_ERROR_EXTENSION_NOT_PRESENT": FeatureNotPresentError,
+    "VK_ERROR_FEATURE_NOT_PRESENT": FeatureNotPresentError,
+    "VK_ERROR_INCOMPATIBLE_DRIVER": FeatureNotPresentError,
+    "VK_ERROR_FORMAT_NOT_SUPPORTED": FeatureNotPresentError,
 }
 
 
@@ -70,7 +70,7 @@ def result_name(exc_class: type) -> str:
 def error_for(call_name: str, exc: BaseException, detail: str = "") -> VulkanError:
     """The vkgraph error for a binding exception raised by ``call_name``."""
     if _PROC_ERRORS and isinstance(exc, _PROC_ERRORS):
-        return UnsupportedFeatureError(call_name, "procedure not found", detail)
+        return FeatureNotPresentError(call_name, "procedure not found", detail)
     name = result_name(type(exc))
     return _ERROR_CLASS.get(name, VulkanError)(call_name, name, detail)
 

@@ -104,7 +104,7 @@ class CommandBuffer(VkObject):
             # A fence can only be reset after it signalled, so a reset since our submit also
             # means this submission completed.
             if fence.resets > self._fence_resets or (fence.alive and fence.is_signaled()):
-                self._completed()
+                self.mark_completed()
         return self._state
 
     def _require(self, *states: CommandBufferState, action: str) -> None:
@@ -113,15 +113,17 @@ class CommandBuffer(VkObject):
             allowed = " or ".join(s.value for s in states)
             raise CommandBufferStateError(f"cannot {action}: command buffer is {state.value}, needs {allowed}")
 
-    def _check_submittable(self) -> None:
+    # Device.submit() and Device.wait_idle() move the state with these three.
+
+    def check_submittable(self) -> None:
         self._require(CommandBufferState.EXECUTABLE, action="submit")
 
-    def _submitted(self, fence: Fence | None) -> None:
+    def mark_submitted(self, fence: Fence | None) -> None:
         self._state = CommandBufferState.PENDING
         self._fence = fence
         self._fence_resets = fence.resets if fence is not None else 0
 
-    def _completed(self) -> None:
+    def mark_completed(self) -> None:
         self._state = CommandBufferState.INVALID if self._one_time else CommandBufferState.EXECUTABLE
         self._fence = None
 
@@ -132,7 +134,7 @@ class CommandBuffer(VkObject):
         if self._fence is None:
             raise CommandBufferStateError("submitted without a fence: use Device.wait_idle()")
         self._fence.wait(timeout_s)
-        self._completed()
+        self.mark_completed()
 
     # --- lifecycle ---------------------------------------------------------------------------
 

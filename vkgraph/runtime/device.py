@@ -82,12 +82,9 @@ class Device(VkObject):
     def _create(self, physical: PhysicalDevice) -> None:
         if physical.api_version < VK_API_1_1:
             raise UnsupportedFeatureError(
-                "vkCreateDevice", "VK_ERROR_INCOMPATIBLE_DRIVER",
-                f"{physical.name} supports Vulkan {version_str(physical.api_version)}; vkgraph needs 1.1",
-            )
+                "Vulkan 1.1", f"{physical.name} supports Vulkan {version_str(physical.api_version)}; vkgraph needs 1.1")
         if physical.compute_queue_family is None:
-            raise UnsupportedFeatureError("vkCreateDevice", "VK_ERROR_FEATURE_NOT_PRESENT",
-                                          f"{physical.name} has no compute queue")
+            raise UnsupportedFeatureError("VK_QUEUE_COMPUTE_BIT", f"{physical.name} has no compute queue")
         self.physical = physical
         self.queue_family_index = physical.compute_queue_family
 
@@ -122,6 +119,8 @@ class Device(VkObject):
         self.queue = call(vk.vkGetDeviceQueue, handle, self.queue_family_index, 0)
         self.allocated_nbytes = 0
         self.peak_allocated_nbytes = 0
+        #: host perf_counter_ns - device timestamp ns (runtime.query.host_clock_offset_ns), once known
+        self.clock_offset_ns: float | None = None
         self._unfenced_pending: list[CommandBuffer] = []
         self._ext_fns: dict[str, Any] = {}
 
@@ -172,7 +171,7 @@ class Device(VkObject):
         semaphores and ignored for binary ones. Waits happen before compute shaders and copies.
         """
         for cb in command_buffers:
-            cb._check_submittable()
+            cb.check_submittable()
         handles = [cb.handle for cb in command_buffers]
         wait_sems = [s.handle for s, _ in wait]
         signal_sems = [s.handle for s, _ in signal]
@@ -197,7 +196,7 @@ class Device(VkObject):
         )
         call(vk.vkQueueSubmit, self.queue, 1, [submit_info], fence.handle if fence else None)
         for cb in command_buffers:
-            cb._submitted(fence)
+            cb.mark_submitted(fence)
         if fence is None:
             self._unfenced_pending.extend(command_buffers)
 
@@ -205,12 +204,12 @@ class Device(VkObject):
         """Wait until the device has finished all submitted work."""
         call(vk.vkDeviceWaitIdle, self.handle)
         for cb in self._unfenced_pending:
-            cb._completed()
+            cb.mark_completed()
         self._unfenced_pending.clear()
 
     # --- memory accounting -------------------------------------------------------------------
 
-    def _reserve(self, nbytes: int, what: str) -> None:
+    def reserve_memory(self, nbytes: int, what: str) -> None:
         """Refuse an allocation of ``nbytes`` that would exceed :attr:`max_memory_nbytes`."""
         budget = self.max_memory_nbytes
         if budget and self.allocated_nbytes + nbytes > budget:
@@ -220,7 +219,8 @@ class Device(VkObject):
                 f"(device.max_memory_nbytes) is {budget}, the allocation needs {nbytes}",
             )
 
-    def _account(self, nbytes: int) -> None:
+    def account_memory(self, nbytes: int) -> None:
+        """Count an allocation (negative: a free) in :attr:`allocated_nbytes` and its peak."""
         self.allocated_nbytes += nbytes
         self.peak_allocated_nbytes = max(self.peak_allocated_nbytes, self.allocated_nbytes)
 

@@ -31,10 +31,10 @@ class Image3D(VkObject):
         what = f"image {name!r}" if name else "image"
         most = device.limits["maxImageDimension3D"]
         if min(w, h, d) < 1 or max(w, h, d) > most:
-            raise UnsupportedFeatureError("vkCreateImage", "VK_ERROR_FORMAT_NOT_SUPPORTED",
+            raise UnsupportedFeatureError("maxImageDimension3D",
                                           f"{what}: extent {(w, h, d)} outside 1..{most} (maxImageDimension3D)")
         if not storage_image_supported(device):
-            raise UnsupportedFeatureError("vkCreateImage", "VK_ERROR_FORMAT_NOT_SUPPORTED",
+            raise UnsupportedFeatureError("VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT",
                                           f"{device.name} cannot use R32G32B32A32_SFLOAT as a storage image")
         self.device = device
         self.extent = (w, h, d)
@@ -52,7 +52,7 @@ class Image3D(VkObject):
         try:
             req = call(vk.vkGetImageMemoryRequirements, dev, handle)
             mtype = select_memory_type(device.physical, req.memoryTypeBits, MemoryKind.DEVICE)
-            device._reserve(req.size, what)
+            device.reserve_memory(req.size, what)
             alloc = vk.VkMemoryAllocateInfo(allocationSize=req.size, memoryTypeIndex=mtype.index)
             memory = call(vk.vkAllocateMemory, dev, alloc, None, detail=what)
             call(vk.vkBindImageMemory, dev, handle, memory, 0)
@@ -71,11 +71,11 @@ class Image3D(VkObject):
             raise
         self.handle, self.memory, self.view = handle, memory, view
         self.alloc_nbytes = req.size
-        device._account(req.size)
+        device.account_memory(req.size)
         nbytes = req.size
 
         def release(dev=dev, handle=handle, memory=memory, view=view) -> None:
-            device._account(-nbytes)
+            device.account_memory(-nbytes)
             vk.vkDestroyImageView(dev, view, None)
             vk.vkDestroyImage(dev, handle, None)
             vk.vkFreeMemory(dev, memory, None)

@@ -42,6 +42,11 @@ def version_str(v: int) -> str:
     return f"{(v >> 22) & 0x7F}.{(v >> 12) & 0x3FF}.{v & 0xFFF}"
 
 
+def loader_version() -> str:
+    """The Vulkan loader's version, e.g. "1.3.239"."""
+    return version_str(call(vk.vkEnumerateInstanceVersion))
+
+
 VK_API_1_1 = make_version(1, 1)
 VK_API_1_2 = make_version(1, 2)
 VK_API_1_3 = make_version(1, 3)
@@ -161,9 +166,7 @@ class Instance(VkObject):
         loader_version = call(vk.vkEnumerateInstanceVersion)
         if loader_version < VK_API_1_1:
             raise UnsupportedFeatureError(
-                "vkEnumerateInstanceVersion", "VK_API_VERSION_1_0",
-                f"the Vulkan loader is {version_str(loader_version)}; vkgraph needs 1.1 or newer",
-            )
+                "Vulkan 1.1", f"the Vulkan loader is {version_str(loader_version)}; vkgraph needs 1.1 or newer")
         self.api_version = min(loader_version, VK_API_1_3)
         self.validation = validation
         self.sync_validation = validation and sync_validation
@@ -172,9 +175,7 @@ class Instance(VkObject):
         if validation:
             if VALIDATION_LAYER not in instance_layers():
                 raise UnsupportedFeatureError(
-                    "vkCreateInstance", "VK_ERROR_LAYER_NOT_PRESENT",
-                    f"{VALIDATION_LAYER} is not installed (Debian package vulkan-validationlayers)",
-                )
+                    VALIDATION_LAYER, f"{VALIDATION_LAYER} is not installed (Debian package vulkan-validationlayers)")
             layers.append(VALIDATION_LAYER)
         extensions: list[str] = []
         has_debug_utils = EXT_DEBUG_UTILS in instance_extensions() or validation
@@ -183,7 +184,7 @@ class Instance(VkObject):
         features = None
         if self.sync_validation:
             if EXT_VALIDATION_FEATURES not in instance_extensions(VALIDATION_LAYER):
-                raise UnsupportedFeatureError("vkCreateInstance", "VK_ERROR_EXTENSION_NOT_PRESENT",
+                raise UnsupportedFeatureError(EXT_VALIDATION_FEATURES,
                                               f"{VALIDATION_LAYER} lacks {EXT_VALIDATION_FEATURES} (sync validation)")
             extensions.append(EXT_VALIDATION_FEATURES)
             enabled = [SYNC_VALIDATION]

@@ -120,7 +120,7 @@ class Buffer(VkObject):
                     "vkAllocateMemory", "VK_ERROR_OUT_OF_DEVICE_MEMORY",
                     f"{what} is larger than memory heap {heap.index} ({heap.size} bytes)",
                 )
-            device._reserve(req.size, what)
+            device.reserve_memory(req.size, what)
             alloc = vk.VkMemoryAllocateInfo(allocationSize=req.size, memoryTypeIndex=mtype.index)
             memory = call(vk.vkAllocateMemory, dev, alloc, None, detail=what)
         except BaseException:
@@ -140,11 +140,11 @@ class Buffer(VkObject):
         self.memory = memory
         self.memory_type = mtype
         self.alloc_nbytes = alloc_nbytes
-        device._account(alloc_nbytes)
+        device.account_memory(alloc_nbytes)
         mapped = self._mapping is not None
 
         def release(dev=dev, handle=handle, memory=memory, mapped=mapped, nbytes=alloc_nbytes) -> None:
-            device._account(-nbytes)
+            device.account_memory(-nbytes)
             if mapped:
                 vk.vkUnmapMemory(dev, memory)
             vk.vkDestroyBuffer(dev, handle, None)
@@ -207,7 +207,7 @@ class ImportedBuffer(Buffer):
         what = f"imported buffer {name!r}" if name else "imported buffer"
         align = device.physical.min_imported_host_pointer_alignment
         if not device.has_external_memory_host or not align:
-            raise UnsupportedFeatureError("vkAllocateMemory", "VK_ERROR_EXTENSION_NOT_PRESENT",
+            raise UnsupportedFeatureError("VK_EXT_external_memory_host",
                                           f"{device.name} cannot import host memory (VK_EXT_external_memory_host)")
         keep = ffi.from_buffer(host)  # pins the mapping while the device uses its pages
         pointer = ffi.cast("char *", keep)
@@ -226,7 +226,7 @@ class ImportedBuffer(Buffer):
             call(device.extension_function("vkGetMemoryHostPointerPropertiesEXT"), dev, HOST_ALLOCATION, pointer, props)
             req = call(vk.vkGetBufferMemoryRequirements, dev, handle)
             mtype = select_memory_type(device.physical, req.memoryTypeBits & props.memoryTypeBits, MemoryKind.DEVICE)
-            device._reserve(len(host), what)
+            device.reserve_memory(len(host), what)
             import_info = vk.VkImportMemoryHostPointerInfoEXT(handleType=HOST_ALLOCATION, pHostPointer=pointer)
             alloc = vk.VkMemoryAllocateInfo(pNext=import_info, allocationSize=len(host), memoryTypeIndex=mtype.index)
             memory = call(vk.vkAllocateMemory, dev, alloc, None, detail=what)
@@ -243,10 +243,10 @@ class ImportedBuffer(Buffer):
         self.host_visible = True
         self._mapping = host
         imported = len(host)
-        device._account(imported)
+        device.account_memory(imported)
 
         def release(dev=dev, handle=handle, memory=memory, keep=keep, nbytes=imported) -> None:
-            device._account(-nbytes)
+            device.account_memory(-nbytes)
             vk.vkDestroyBuffer(dev, handle, None)
             vk.vkFreeMemory(dev, memory, None)
             del keep  # the host pages may be unmapped once the device memory is gone

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .._files import atomic_write
+from ..paths import atomic_write
 from ._vk import call, error_for, ffi, lib, vk
 from .descriptor import DescriptorSetLayout
 from .device import Device

@@ -62,10 +62,7 @@ class Semaphore(VkObject):
 
     def __init__(self, device: Device, *, timeline: bool = False, initial_value: int = 0):
         if timeline and not device.has_timeline_semaphore:
-            raise UnsupportedFeatureError(
-                "vkCreateSemaphore", "VK_ERROR_FEATURE_NOT_PRESENT",
-                f"{device.name} does not support timeline semaphores",
-            )
+            raise UnsupportedFeatureError("timelineSemaphore", f"{device.name} does not support timeline semaphores")
         self.device = device
         self.timeline = timeline
         type_info = None

@@ -1,5 +1,5 @@
 """GLSL -> SPIR-V: glslangValidator via subprocess, with a content-hashed disk cache."""
 
-from .compiler import GLSL_DIR, SpirvCompiler, compile_shader, default_compiler
+from .compiler import SpirvCompiler, default_compiler
 
-__all__ = ["GLSL_DIR", "SpirvCompiler", "compile_shader", "default_compiler"]
+__all__ = ["SpirvCompiler", "default_compiler"]

@@ -16,11 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-from .._files import atomic_write, user_cache_dir
 from ..errors import ShaderCompileError
-
-#: The repository's shader directory (shaders are looked up here by name).
-GLSL_DIR = Path(__file__).resolve().parents[2] / "glsl"
+from ..paths import GLSL_DIR, atomic_write, user_cache_dir
 
 SPIRV_MAGIC = 0x07230203
 COMPILE_TIMEOUT_S = 120
@@ -191,7 +188,3 @@ def default_compiler() -> SpirvCompiler:
         _default = SpirvCompiler()
     return _default
 
-
-def compile_shader(name: str, defines: Mapping[str, object] | None = None) -> bytes:
-    """SPIR-V for ``glsl/<name>.glsl`` through the default compiler and its cache."""
-    return default_compiler().compile_named(name, defines)

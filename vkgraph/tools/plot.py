@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .errors import VkGraphError
+from ..errors import VkGraphError
 
 
 @dataclass

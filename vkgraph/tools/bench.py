@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
-from .config import GraphConfig, load_config
-from .graph.compute_graph import ComputeGraph
-from .graph.report import LoadReport
-from .models import outputs_match, synthetic
-from .models.safetensors import SafetensorsFile
+from ..config import GraphConfig, load_config
+from ..graph.compute_graph import ComputeGraph
+from ..graph.report import LoadReport
+from ..models import outputs_match
+from ..models.registry import Model, open_model, resolve
+from ..paths import DEFAULT_CONFIG, user_cache_dir
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 MODES = ("legacy", "staged", "reduce-peak", "cold-cache", "warm-cache")
 
 
@@ -40,9 +39,8 @@ class PeakRss:
         self.before = _status_kib("VmRSS")
         try:
             Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to now
-            self.exact = True
         except OSError:
-            self.exact = False  # the HWM then covers the whole process lifetime
+            pass  # the HWM then covers the whole process lifetime
         return self
 
     def __exit__(self, *exc) -> None:
@@ -68,8 +66,6 @@ def terminal_progress(label: str, unit: str = "nodes") -> Callable[[int, int], N
 
 def cache_file_for(model: str) -> Path:
     """Where `bench load --mode cold-cache|warm-cache` keeps the packed-weight cache of ``model``."""
-    from ._files import user_cache_dir
-
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(model).name)
     return user_cache_dir() / "packed" / f"{safe}.vkpw"
 
@@ -79,7 +75,7 @@ def config_for(mode: str, path: str | None, model: str = "") -> GraphConfig:
     packed-weight cache (cold-cache starts by deleting it, warm-cache needs it to exist)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    cfg = load_config(path or CONFIG_DIR / "default.toml")
+    cfg = load_config(path or DEFAULT_CONFIG)
     cfg = cfg.replace(prepack__reduce_peak_memory=(mode == "reduce-peak"))
     if mode in ("cold-cache", "warm-cache"):
         cache = Path(cfg.cache.packed_weights_path) if cfg.cache.packed_weights_path else cache_file_for(model)
@@ -101,22 +97,19 @@ class LoadResult:
     max_abs_error: float | None
 
 
-Build = Callable[[ComputeGraph], None]
-Check = Callable[[ComputeGraph], tuple[np.ndarray, np.ndarray]]
-
-
-def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Build, check: Check | None,
-                   trace: str | None, progress: bool) -> LoadResult:
+def _measured_load(model: Model, cfg: GraphConfig, mode: str, verify: bool, trace: str | None,
+                   progress: bool) -> LoadResult:
     """Build, prepare (pipelines outside the timing), prepack in ``mode`` with peak RSS measured,
-    then run once and compare (got, expected) unless ``check`` is None.
+    then run the model's check unless ``verify`` is false.
 
     The heap is collected right before the timed part (as ``timeit`` keeps the collector out of
     its timings): a load allocates about 20,000 Python objects, so without it every few loads a
     full collection of the whole process (the tokenizer, the model's tensor tables, ...) lands
     inside one load and costs it what the caller's heap costs to walk, not what vkgraph does
     (smollm2: about 0.13 s on top of a 0.25 s staged load, every third load)."""
+    name = model.ref.name
     with ComputeGraph(cfg) as g:
-        build(g)
+        model.build(g)
         g.prepare()
         gc.collect()
         show = terminal_progress("prepack") if progress else None
@@ -128,10 +121,10 @@ def _measured_load(model: str, cfg: GraphConfig, mode: str, build: Build, check:
                 report = g.run_prepack(show)
         if trace:
             report.write_trace(trace)
-        if check is None:
-            return LoadResult(model, report, rss.delta, rss.anon_delta, None, None)
-        got, expect = check(g)
-    return LoadResult(model, report, rss.delta, rss.anon_delta, outputs_match(got, expect),
+        if not verify:
+            return LoadResult(name, report, rss.delta, rss.anon_delta, None, None)
+        got, expect = model.check(g)
+    return LoadResult(name, report, rss.delta, rss.anon_delta, outputs_match(got, expect),
                       float(np.max(np.abs(got - expect))))
 
 
@@ -139,76 +132,14 @@ def report_mode(mode: str) -> str:
     return "legacy" if mode == "legacy" else "staged"
 
 
-KNOWN_MODELS = "synthetic:<MB>, minilm, smollm2, a BERT checkpoint directory or a llama .gguf file"
-
-
-def model_kind(model: str) -> str:
-    """"synthetic", "bert" or "llama"; ValueError naming the known models otherwise."""
-    if synthetic.parse_model_name(model) is not None:
-        return "synthetic"
-    if model == "minilm" or Path(model).is_dir():
-        return "bert"
-    if model == "smollm2" or model.endswith(".gguf"):
-        return "llama"
-    raise ValueError(f"unknown model {model!r}; known: {KNOWN_MODELS}")
-
-
 def load_model(model: str, mode: str, config_path: str | None = None, *, trace: str | None = None,
                progress: bool = False, verify: bool = True) -> LoadResult:
-    """One measured load of a model :func:`open_model` knows; ``verify=False`` skips running
-    the model and its reference."""
-    model_kind(model)
+    """One measured load of a model the registry knows; ``verify=False`` skips running the
+    model and its reference."""
+    resolve(model)
     cfg = config_for(mode, config_path, model)
-    with open_model(model) as (build, check):
-        return _measured_load(model, cfg, mode, build, check if verify else None, trace, progress)
-
-
-@contextlib.contextmanager
-def open_model(model: str) -> Iterator[tuple[Build, Check]]:
-    """Open the weights of ``synthetic:<MB>``, ``minilm``, ``smollm2``, a BERT checkpoint
-    directory or a llama GGUF (files stay open inside the block) and yield (build: add the
-    model's nodes to a graph, check: run the prepacked graph and its numpy reference). For llama
-    the check runs a short prompt through the one-token graph and compares every position's
-    logits."""
-    kind = model_kind(model)
-    if kind == "synthetic":
-        spec = synthetic.SyntheticSpec.for_size(synthetic.parse_model_name(model))
-        path = synthetic.weights_path(spec)  # generated before anything is measured
-        ids = synthetic.sample_ids(spec)
-        with SafetensorsFile(path) as st:
-            yield (lambda g: synthetic.build(g, st, spec),
-                   lambda g: (g.execute({"ids": ids})["logits"], synthetic.reference(st, spec, ids)))
-        return
-    if kind == "llama":
-        from .models import llama
-        from .models.gguf_file import GGUFFile
-
-        path = llama.gguf_path(None if model == "smollm2" else model)
-        with GGUFFile(path) as f:
-            lcfg = llama.LlamaConfig.from_gguf(f)
-            ids = llama.BPETokenizer(f.metadata, str(path)).encode(SAMPLE_PROMPT)
-            ctx = min(llama.DEFAULT_CONTEXT, lcfg.context)
-
-            def check(g: ComputeGraph) -> tuple[np.ndarray, np.ndarray]:
-                got = [g.execute({"ids": np.array([t], np.int32), "step": np.array([p, 0], np.uint32)})["logits"][0]
-                       for p, t in enumerate(ids)]
-                return np.array(got), llama.reference_logits(f, lcfg, ids)
-
-            yield lambda g: llama.build(g, f, lcfg, ctx), check
-        return
-    from .models import minilm
-
-    d = minilm.model_dir(None if model == "minilm" else model)
-    bert = minilm.BertConfig.from_file(d / "config.json")
-    tok = minilm.WordPieceTokenizer(d / "tokenizer.json")
-    inputs, seq = minilm.encode_inputs(tok, list(SAMPLE_TEXTS), minilm.MAX_SEQ_LENGTH)
-    with SafetensorsFile(d / "model.safetensors") as st:
-        yield (lambda g: minilm.build(g, st, bert, len(SAMPLE_TEXTS), seq),
-               lambda g: (g.execute(inputs)["embeddings"], minilm.reference(st, bert, inputs, len(SAMPLE_TEXTS), seq)))
-
-
-SAMPLE_PROMPT = "The capital of France is"
-SAMPLE_TEXTS = ("A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.")
+    with open_model(model) as m:
+        return _measured_load(m, cfg, mode, verify, trace, progress)
 
 
 def bench_json(r: LoadResult, mode: str = "") -> dict[str, Any]:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..config import GraphConfig, load_config
+from ..paths import DEFAULT_CONFIG
 from .bench import SETTLING_LOADS, load_in_subprocess
 
 MiB = 1 << 20
@@ -35,12 +37,19 @@ GRID = {
     "initial_threshold_nbytes": [2 * MiB, 10 * MiB],
     "threshold_nodes": [256],
     "initial_threshold_nodes": [64],
-    "staging_ring_nbytes": [0, 96 * MiB],  # 0 = default (30 MiB)
+    "staging_ring_nbytes": [0, 96 * MiB],  # 0 = the default
     "reduce_peak_memory": [False, True],
 }
-#: configs/default.toml's prepack values, measured in every sweep for comparison.
-DEFAULT = {"threshold_nbytes": 10 * MiB, "initial_threshold_nbytes": 10 * MiB, "threshold_nodes": 256,
-           "initial_threshold_nodes": 64, "staging_ring_nbytes": 0, "reduce_peak_memory": False}
+
+
+def in_force(prepack: dict[str, Any]) -> dict[str, Any]:
+    """``prepack`` settings with every 0 ("the default") replaced by the value in force."""
+    p = GraphConfig().replace(**{f"prepack.{k}": v for k, v in prepack.items()}).resolved.prepack
+    return {k: getattr(p, k) for k in prepack}
+
+
+#: configs/default.toml's prepack values for the swept keys, measured in every sweep for comparison.
+DEFAULT = in_force({k: getattr(load_config(DEFAULT_CONFIG, env={}).prepack, k) for k in GRID})
 
 
 @dataclass
@@ -88,12 +97,12 @@ class Point:
         p = self.prepack
         return (f"thr {p['threshold_nbytes'] // MiB}/{p['initial_threshold_nbytes'] // MiB} MiB, "
                 f"nodes {p['threshold_nodes']}/{p['initial_threshold_nodes']}, "
-                f"ring {(p['staging_ring_nbytes'] // MiB) or 'default'}, reduce {p['reduce_peak_memory']}")
+                f"ring {p['staging_ring_nbytes'] // MiB} MiB, reduce {p['reduce_peak_memory']}")
 
 
 def grid_points(grid: dict[str, list] = GRID) -> list[Point]:
     keys = list(grid)
-    return [Point(dict(zip(keys, values))) for values in itertools.product(*(grid[k] for k in keys))]
+    return [Point(in_force(dict(zip(keys, values)))) for values in itertools.product(*(grid[k] for k in keys))]
 
 
 def config_text(prepack: dict[str, Any], comments: Iterable[str] = ()) -> str:

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from .config import GraphConfig
-from .graph.compute_graph import ComputeGraph
-from .runtime import Buffer, CommandPool, Device, Fence, MemoryKind
+from ..config import GraphConfig
+from ..graph.compute_graph import ComputeGraph
+from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind
 from .simulate import Profile, load_profile, model_nodes, simulate
 
 

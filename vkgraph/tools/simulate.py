@@ -1,7 +1,9 @@
 """A discrete-event model of a load (``vkgraph simulate``). Pure Python, no Vulkan.
 
-It plans command buffers with the same :func:`~vkgraph.graph.scheduler.prepack_cut_points` as
-``run_prepack()``, models the staging ring with the same reserve/retire rule as
+A model's prepack nodes come from its own builder run on a recording graph (no device, nothing
+allocated), so the simulator sees exactly what a load packs. It plans command buffers with the
+same :func:`~vkgraph.graph.scheduler.plan_prepack` as ``run_prepack()`` (cut points and the staging
+each mode holds), models the staging ring with the same reserve/retire rule as
 :class:`~vkgraph.graph.staging.StagingRing`, and runs the CPU and the GPU queue as two timelines:
 
 - CPU per batch: reserve staging (waiting for the oldest batches' fences when the ring is full),
@@ -18,19 +20,19 @@ A profile (TOML, see profiles/) holds the device's parameters.
 
 from __future__ import annotations
 
-import re
 import tomllib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import GraphConfig
-from .errors import ConfigError
-from .graph.scheduler import PrepackThresholds, batches, prepack_cut_points, reduce_peak_memory
-from .graph.staging import align_up
+from ..config import GraphConfig
+from ..errors import ConfigError
+from ..graph.compute_graph import ComputeGraph
+from ..graph.scheduler import align_up, plan_prepack, run_prepack_mode
+from ..models.registry import open_model
+from ..paths import PROFILE_DIR
 
-PROFILE_DIR = Path(__file__).resolve().parents[1] / "profiles"
 GB = 1e9
 
 
@@ -111,91 +113,18 @@ def load_profile(path: str | Path) -> Profile:
     return prof
 
 
-# --- model specs: prepack nodes without weights or a device ------------------------------------------
-
-LLAMA_SHAPES = {  # dim, layers, heads, kv_heads, hidden, vocab (published configs)
-    "llama-3.2-1b": (2048, 16, 32, 8, 8192, 128256),
-    "llama-3.2-3b": (3072, 28, 24, 8, 8192, 128256),
-    "llama-3-8b": (4096, 32, 32, 8, 14336, 128256),
-}
-QUANT_BYTES = {"q4_0": (18, 4, 1), "q4_1": (20, 4, 2), "q8_0": (34, 8, 1)}  # block bytes, words, scales
-
-
-def _linear(name: str, n: int, k: int, dtype: str) -> SimNode:
-    if dtype in QUANT_BYTES:
-        block, words, scales = QUANT_BYTES[dtype]
-        return SimNode(name, dtype, n * k // 32 * block, n * k // 32 * (words + scales) * 4)
-    item = 2 if dtype == "fp16" else 4
-    packed = ((n + 3) // 4) * ((k + 3) // 4) * 16 * item
-    return SimNode(name, "linear_4x4", n * k * item, packed)
-
-
-def _vector(name: str, n: int) -> SimNode:
-    return SimNode(name, "identity", n * 4, n * 4)
-
-
-def llama_nodes(dim: int, layers: int, heads: int, kv_heads: int, hidden: int, vocab: int, dtype: str) -> list[SimNode]:
-    kv = dim // heads * kv_heads
-    emb_dtype = "q8_0" if dtype in QUANT_BYTES else dtype
-    emb = _linear("token_embd", vocab, dim, emb_dtype)
-    nodes = [emb if emb.packer != "linear_4x4" else SimNode("token_embd", "identity", emb.src_nbytes, emb.src_nbytes)]
-    for i in range(layers):
-        p = f"blk.{i}."
-        nodes += [_vector(p + "attn_norm", dim), _linear(p + "attn_q", dim, dim, dtype), _linear(p + "attn_k", kv, dim, dtype),
-                  _linear(p + "attn_v", kv, dim, dtype), _linear(p + "attn_output", dim, dim, dtype),
-                  _vector(p + "ffn_norm", dim), _linear(p + "ffn_gate", hidden, dim, dtype),
-                  _linear(p + "ffn_up", hidden, dim, dtype), _linear(p + "ffn_down", dim, hidden, dtype)]
-    return nodes + [_vector("output_norm", dim)]
+# --- a model's prepack nodes ----------------------------------------------------------------------
 
 
 def model_nodes(model: str) -> list[SimNode]:
-    """Prepack nodes of ``synthetic:<MB>``, ``smollm2``, ``minilm``, a llama ``.gguf`` file, or a
-    shape-only spec ``<llama-3.2-1b|llama-3.2-3b|llama-3-8b>:<fp32|fp16|q4_0|q4_1|q8_0>``."""
-    from .models import synthetic
-
-    mb = synthetic.parse_model_name(model)
-    if mb is not None:
-        spec = synthetic.SyntheticSpec.for_size(mb)
-        out = []
-        for name, shape in spec.shapes().items():
-            if len(shape) == 1 or name == "tok_embeddings.weight":
-                out.append(SimNode(name, "identity", 4 * int(shape[0]) * (shape[1] if len(shape) > 1 else 1),
-                                   4 * int(shape[0]) * (shape[1] if len(shape) > 1 else 1)))
-            else:
-                out.append(_linear(name, shape[0], shape[1], "fp32"))
-        return out
-    m = re.fullmatch(r"(llama-3\.2-1b|llama-3\.2-3b|llama-3-8b):(fp32|fp16|q4_0|q4_1|q8_0)", model.lower())
-    if m:
-        return llama_nodes(*LLAMA_SHAPES[m.group(1)], m.group(2))
-    if model == "smollm2" or model.endswith(".gguf"):
-        from .models.gguf_file import GGUFFile
-        from .models.llama import gguf_path
-
-        with GGUFFile(gguf_path(None if model == "smollm2" else model)) as f:
-            out = []
-            for t in f.tensors.values():
-                if t.quant:
-                    out.append(_linear(t.name, t.shape[0], t.shape[1], t.quant))
-                else:
-                    out.append(SimNode(t.name, "identity", t.data.nbytes, t.data.nbytes))
-            out.append(SimNode("kv_mask", "identity", 512 * 4, 512 * 4))
-            return out
-    if model == "minilm":
-        from .models.minilm import model_dir
-        from .models.safetensors import SafetensorsFile
-
-        with SafetensorsFile(model_dir() / "model.safetensors") as st:
-            out = []
-            for t in st.tensors.values():
-                if t.name.endswith("position_ids"):
-                    continue
-                if len(t.shape) == 2 and "embeddings" not in t.name:
-                    out.append(_linear(t.name, t.shape[0], t.shape[1], "fp32"))
-                else:
-                    out.append(SimNode(t.name, "identity", t.nbytes, t.nbytes))
-            return out
-    raise ValueError(f"unknown model {model!r} for the simulator; known: synthetic:<MB>, smollm2, minilm, "
-                     f"FILE.gguf, {'|'.join(LLAMA_SHAPES)}:<fp32|fp16|q4_0|q4_1|q8_0>")
+    """The prepack nodes of any model the registry knows (``synthetic:<MB>``, ``minilm``,
+    ``smollm2``, a BERT directory or ``.gguf`` file, a shape-only ``llama-3-8b:q4_0``...), in
+    load order: its builder run on a recording graph."""
+    with open_model(model, shapes_only=True) as m:
+        g = ComputeGraph.recording()
+        m.build(g)
+    return [SimNode(g.values[n.src].name, n.packer.name, g.values[n.src].nbytes, g.values[n.dst].nbytes)
+            for n in g.prepack_nodes]
 
 
 # --- the simulation ----------------------------------------------------------------------------
@@ -268,25 +197,15 @@ class Simulation:
 def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str | None = None) -> Simulation:
     """Predict a load of ``nodes`` (mode: "legacy", "staged", "reduce-peak"; default from ``cfg``)."""
     total = sum(n.src_nbytes for n in nodes)
-    if mode is None:
-        mode = "reduce-peak" if reduce_peak_memory(cfg, total) else "staged"
-    align = profile.staging_alignment
+    mode = mode or run_prepack_mode(cfg, total)
 
     def direct(n: SimNode) -> bool:
         return not n.shader and profile.host_visible_device_local
 
     sizes = [0 if direct(n) else n.src_nbytes for n in nodes]
-    cuts = [] if mode == "legacy" else prepack_cut_points(sizes, PrepackThresholds.from_config(cfg))
-    plan = batches(len(nodes), cuts)
-    batch_nbytes = [sum(align_up(sizes[i], align) for i in b) for b in plan]
-    total_staged = sum(batch_nbytes)
-    if mode == "legacy":
-        capacity = total_staged
-    elif mode == "reduce-peak":
-        capacity = max(batch_nbytes, default=0)
-    else:
-        capacity = min(cfg.effective("prepack.staging_ring_nbytes"), total_staged)
-    ring = RingModel(capacity, align) if total_staged else None
+    prepack = plan_prepack(mode, sizes, profile.staging_alignment, cfg)
+    plan, batch_nbytes = prepack.batches, prepack.batch_nbytes
+    ring = RingModel(prepack.staging_capacity, profile.staging_alignment) if sum(batch_nbytes) else None
     touched = 0  # staging bytes already first-touched (the ring reuses them)
 
     # What each batch costs alone: CPU seconds to encode and submit it, GPU seconds to pack it,
@@ -316,7 +235,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
         gpu_work.append(g)
 
     out = _run_timelines(cpu_work, gpu_work, waits, [len(r) for r in plan],
-                         [sum(sizes[i] for i in r) for r in plan], profile, mode == "reduce-peak")
+                         [sum(sizes[i] for i in r) for r in plan], profile, prepack.waits_each_batch)
     end = max([out[-1].cpu_end_s, out[-1].gpu_end_s + profile.fence_latency_s]) if out else 0.0
     encode = sum(b.cpu_end_s - b.cpu_start_s for b in out)
     peak_staging = ring.capacity + ring.own_peak if ring else 0

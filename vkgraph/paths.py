@@ -1,4 +1,5 @@
-"""Where vkgraph keeps its caches, and atomic file writes."""
+"""Where vkgraph's files are: its package data (shaders, configs, simulator profiles), the user
+cache directory, and atomic file writes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,22 @@ import os
 import tempfile
 from pathlib import Path
 
+PACKAGE_DIR = Path(__file__).resolve().parent
 ENV_CACHE_DIR = "VKGRAPH_CACHE_DIR"
+
+
+def _data_dir(name: str) -> Path:
+    """``vkgraph/<name>`` in an installed wheel, else ``<checkout>/<name>``: the repository keeps
+    glsl/, configs/ and profiles/ at its top level, and pyproject.toml maps them into the package
+    when a wheel is built (an editable install reads the checkout's)."""
+    installed, checkout = PACKAGE_DIR / name, PACKAGE_DIR.parent / name
+    return installed if installed.is_dir() or not checkout.is_dir() else checkout
+
+
+GLSL_DIR = _data_dir("glsl")  # one shader per kernel, and shared headers
+CONFIG_DIR = _data_dir("configs")  # default.toml (every key and its default) and starting points
+PROFILE_DIR = _data_dir("profiles")  # simulator profiles
+DEFAULT_CONFIG = CONFIG_DIR / "default.toml"
 
 
 def user_cache_dir() -> Path:

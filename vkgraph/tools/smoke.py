@@ -8,23 +8,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .runtime import (
+from ..runtime import (
     Buffer,
-    CommandPool,
     ComputePipeline,
     DescriptorPool,
     DescriptorSetLayout,
     DescriptorType,
     Device,
-    Fence,
     MemoryKind,
+    OneShot,
     PipelineCache,
     PipelineLayout,
     ShaderModule,
     Stage,
     TimestampQueryPool,
 )
-from .shaders import SpirvCompiler, default_compiler
+from ..shaders import SpirvCompiler, default_compiler
 
 
 @dataclass
@@ -75,31 +74,25 @@ def axpby(
         pipeline = own(ComputePipeline(device, layout, module, {0: local_size, 1: float(beta)}, cache=pipeline_cache))
         queries = own(TimestampQueryPool(device, 2)) if device.physical.timestamps_supported else None
 
-        (cmd,) = own(CommandPool(device, transient=True)).allocate(1)
-        cmd.begin(one_time=True)
-        if readback is not by:
-            cmd.copy_buffer(sx, bx)
-            cmd.copy_buffer(sy, by)
-            cmd.compute_barrier()
-        if queries:
-            cmd.reset_query_pool(queries)
-            cmd.write_timestamp(queries, 0, Stage.TOP_OF_PIPE)
-        cmd.bind_pipeline(pipeline)
-        cmd.bind_descriptor_sets(layout, [dset])
-        cmd.push_constants(layout, struct.pack("<fI", float(alpha), n))
-        most = device.limits["maxComputeWorkGroupCount"][0]
-        cmd.dispatch(min((n + local_size - 1) // local_size, most))
-        if queries:
-            cmd.write_timestamp(queries, 1, Stage.BOTTOM_OF_PIPE)
-        if readback is not by:
-            cmd.compute_barrier()
-            cmd.copy_buffer(by, readback)
-        cmd.host_read_barrier()
-        cmd.end()
-
-        fence = own(Fence(device))
-        device.submit([cmd], fence)
-        fence.wait()
+        with OneShot(device) as cmd:
+            if readback is not by:
+                cmd.copy_buffer(sx, bx)
+                cmd.copy_buffer(sy, by)
+                cmd.compute_barrier()
+            if queries:
+                cmd.reset_query_pool(queries)
+                cmd.write_timestamp(queries, 0, Stage.TOP_OF_PIPE)
+            cmd.bind_pipeline(pipeline)
+            cmd.bind_descriptor_sets(layout, [dset])
+            cmd.push_constants(layout, struct.pack("<fI", float(alpha), n))
+            most = device.limits["maxComputeWorkGroupCount"][0]
+            cmd.dispatch(min((n + local_size - 1) // local_size, most))
+            if queries:
+                cmd.write_timestamp(queries, 1, Stage.BOTTOM_OF_PIPE)
+            if readback is not by:
+                cmd.compute_barrier()
+                cmd.copy_buffer(by, readback)
+            cmd.host_read_barrier()
         out = readback.read(np.float32, n)
         gpu_ns = None
         if queries:
