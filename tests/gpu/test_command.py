@@ -193,3 +193,25 @@ def test_timestamps_measure_a_dispatch(device, compiler):
             fence.wait()
         ts = qp.results_ns()
         assert ts == sorted(ts)
+
+
+def test_descriptor_pool_refuses_what_it_was_not_sized_for(device):
+    """As strict drivers do (SwiftShader: VK_ERROR_OUT_OF_POOL_MEMORY), on every device."""
+    from vkgraph.errors import VulkanError
+    from vkgraph.runtime import DescriptorPool, DescriptorSetLayout, DescriptorType
+
+    with DescriptorSetLayout(device, [DescriptorType.STORAGE_BUFFER, DescriptorType.STORAGE_IMAGE]) as both, \
+            DescriptorSetLayout(device, [DescriptorType.STORAGE_BUFFER] * 2) as buffers, \
+            DescriptorSetLayout(device, [DescriptorType.STORAGE_BUFFER]) as one, \
+            DescriptorSetLayout(device, []) as empty, \
+            DescriptorPool(device, 2, {DescriptorType.STORAGE_BUFFER: 3}) as pool:
+        with pytest.raises(VulkanError, match="OUT_OF_POOL_MEMORY.*1 STORAGE_IMAGE .has 0 of 0 left"):
+            pool.allocate(both)
+        pool.allocate(buffers)
+        with pytest.raises(VulkanError, match="OUT_OF_POOL_MEMORY.*2 STORAGE_BUFFER .has 1 of 3 left"):
+            pool.allocate(buffers)
+        pool.reset()
+        pool.allocate(buffers)
+        pool.allocate(one)
+        with pytest.raises(VulkanError, match="all 2 sets are taken"):
+            pool.allocate(empty)

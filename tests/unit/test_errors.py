@@ -79,3 +79,20 @@ def test_missing_loader_fails_clearly():
     stub = _vk._MissingLoader("libvulkan.so.1: cannot open shared object file")
     with pytest.raises(errors.DeviceNotFoundError, match="install the system package libvulkan1"):
         stub.vkCreateInstance
+
+
+def test_results_the_binding_cannot_raise_are_named():
+    """The binding's table lacks some codes (it lists VK_ERROR_OUT_OF_POOL_MEMORY as +1000069000):
+    it raises KeyError(code) for them, which becomes a VulkanError naming the call and the result."""
+
+    def vkAllocateDescriptorSets():
+        raise KeyError(-1000069000)
+
+    with pytest.raises(errors.VulkanError, match="vkAllocateDescriptorSets failed: VK_ERROR_OUT_OF_POOL_MEMORY"):
+        _vk.call(vkAllocateDescriptorSets)
+
+    def vkOther():
+        raise KeyError(-1234567)
+
+    with pytest.raises(errors.VulkanError, match=r"vkOther failed: VkResult -1234567 \(while testing\)"):
+        _vk.call(vkOther, detail="while testing")

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -23,13 +24,12 @@ from ..runtime import (
     CommandBuffer,
     CommandPool,
     DescriptorPool,
-    DescriptorType,
     Fence,
     Stage,
     TimestampQueryPool,
     host_clock_offset_ns,
 )
-from .nodes import PrepackNode
+from .nodes import PrepackNode, packer_bindings
 from .report import CommandBufferSpan, LoadReport
 from .scheduler import PrepackPlan, plan_prepack, run_prepack_mode
 from .staging import StagingRing
@@ -75,8 +75,11 @@ class PrepackRun:
             if sum(plan.batch_nbytes):
                 self.ring = StagingRing(dev, plan.staging_capacity, graph.staging_alignment, graph.fence_timeout_s)
             self.pool = CommandPool(dev, transient=True)
-            sets = sum(len(n.windows(graph)) for n in nodes if n.packer.shader is not None and not n.direct)
-            self.dpool = DescriptorPool(dev, max(1, sets), {DescriptorType.STORAGE_BUFFER: max(2, 2 * sets)})
+            # one descriptor set per packing dispatch, with the binding types its packer declares
+            dispatches = [n for n in nodes if n.packer.shader is not None and not n.direct for _ in n.windows(graph)]
+            if dispatches:
+                types = Counter(t for n in dispatches for t in packer_bindings(n.packer))
+                self.dpool = DescriptorPool(dev, len(dispatches), types)
             if dev.physical.timestamps_supported and count:
                 self.queries = TimestampQueryPool(dev, 2 * count)
         except BaseException:

@@ -61,6 +61,19 @@ _ERROR_CLASS = {
 }
 
 
+#: VkResult codes the binding has no exception class for (its table lists some extension codes
+#: with the wrong sign): it raises KeyError(code) for them.
+_UNLISTED_RESULTS = {
+    -1000069000: "VK_ERROR_OUT_OF_POOL_MEMORY",
+    -1000072003: "VK_ERROR_INVALID_EXTERNAL_HANDLE",
+    -1000161000: "VK_ERROR_FRAGMENTATION",
+    -1000257000: "VK_ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS",
+    -1000011001: "VK_ERROR_VALIDATION_FAILED_EXT",
+    -1000174001: "VK_ERROR_NOT_PERMITTED_KHR",
+    -1000158000: "VK_ERROR_INVALID_DRM_FORMAT_MODIFIER_PLANE_LAYOUT_EXT",
+}
+
+
 def result_name(exc_class: type) -> str:
     """``VkErrorOutOfDeviceMemory`` -> ``VK_ERROR_OUT_OF_DEVICE_MEMORY``."""
     words = re.findall(r"[A-Z][a-z0-9]*", exc_class.__name__)
@@ -77,8 +90,14 @@ def error_for(call_name: str, exc: BaseException, detail: str = "") -> VulkanErr
 
 def call(fn: Callable[..., Any], *args: Any, detail: str = "") -> Any:
     """Call a binding function; raise a :class:`VulkanError` subclass naming it on failure."""
+    name = getattr(fn, "__name__", repr(fn))
     try:
         return fn(*args)
     except _BINDING_ERRORS + _PROC_ERRORS as exc:
-        raise error_for(getattr(fn, "__name__", repr(fn)), exc, detail) from None
+        raise error_for(name, exc, detail) from None
+    except KeyError as exc:  # a result code missing from the binding's table
+        code = exc.args[0] if exc.args else None
+        if not isinstance(code, int):
+            raise
+        raise VulkanError(name, _UNLISTED_RESULTS.get(code, f"VkResult {code}"), detail) from None
 

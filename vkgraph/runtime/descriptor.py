@@ -6,6 +6,7 @@ import enum
 from collections import Counter
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from ..errors import VulkanError
 from ._vk import call, vk
 from .device import Device
 from .handle import VkObject
@@ -43,13 +44,21 @@ class DescriptorSetLayout(VkObject):
 
 
 class DescriptorPool(VkObject):
-    """A VkDescriptorPool. Sets are freed all at once by ``reset()`` or ``destroy()``."""
+    """A VkDescriptorPool. Sets are freed all at once by ``reset()`` or ``destroy()``.
+
+    It keeps count of what its sets took and refuses a set beyond ``max_sets`` or the declared
+    descriptor counts itself, as strict drivers (SwiftShader) do with
+    VK_ERROR_OUT_OF_POOL_MEMORY and lenient ones (lavapipe) may not: a pool sized too small
+    fails on every device."""
 
     def __init__(self, device: Device, max_sets: int, descriptor_counts: Mapping[DescriptorType, int]):
         if max_sets <= 0:
             raise ValueError(f"a descriptor pool needs max_sets > 0, got {max_sets}")
         self.device = device
         self.max_sets = max_sets
+        self.capacity = Counter({DescriptorType(t): n for t, n in descriptor_counts.items() if n > 0})
+        self.used: Counter[DescriptorType] = Counter()
+        self.sets = 0
         sizes = [
             vk.VkDescriptorPoolSize(type=int(t), descriptorCount=n) for t, n in descriptor_counts.items() if n > 0
         ]
@@ -65,15 +74,26 @@ class DescriptorPool(VkObject):
         return cls(device, max(1, len(layouts)), counts)
 
     def allocate(self, layout: DescriptorSetLayout) -> DescriptorSet:
+        need = Counter(layout.bindings)
+        short = [f"{n} {t.name} (has {self.capacity[t] - self.used[t]} of {self.capacity[t]} left)"
+                 for t, n in need.items() if self.used[t] + n > self.capacity[t]]
+        if self.sets >= self.max_sets or short:
+            why = ", ".join(short) if short else f"all {self.max_sets} sets are taken"
+            raise VulkanError("vkAllocateDescriptorSets", "VK_ERROR_OUT_OF_POOL_MEMORY",
+                              f"descriptor pool too small: a set needs {why}")
         info = vk.VkDescriptorSetAllocateInfo(
             descriptorPool=self.handle, descriptorSetCount=1, pSetLayouts=[layout.handle]
         )
         handles = call(vk.vkAllocateDescriptorSets, self.device.handle, info, detail=f"pool of {self.max_sets} sets")
+        self.used += need
+        self.sets += 1
         return DescriptorSet(self, layout, handles[0])
 
     def reset(self) -> None:
         """Free every set allocated from this pool (none may be in use by pending work)."""
         call(vk.vkResetDescriptorPool, self.device.handle, self.handle, 0)
+        self.used.clear()
+        self.sets = 0
 
 
 class DescriptorSet:
