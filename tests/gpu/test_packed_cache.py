@@ -179,3 +179,68 @@ def test_damaged_region_is_never_used(device, compiler, tmp_path):
     f = PackedWeightFile(path)
     assert f.verify() == [] and len(f.entries) == 4
     f.close()
+
+
+# --- a cache that cannot be written costs the cache, never the load ---------------------------------
+
+
+def check_model_runs(g, model):
+    x = np.random.default_rng(1).standard_normal((2, 32)).astype(np.float32)
+    w = next(w for _, w, p in model if p == "linear_4x4" and w.shape[1] == 32)
+    np.testing.assert_allclose(g.execute({"x": x})["y"], x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_path_through_a_file_warns_and_keeps_the_load(device, compiler, tmp_path):
+    (tmp_path / "plain").write_text("not a directory")
+    path = tmp_path / "plain" / "w.vkpw"
+    model = weights(1)
+    with pytest.warns(UserWarning, match=rf"packed-weight cache not saved: {path}: .*(File exists|Not a directory)"):
+        g, refs, report = load(device, compiler, path, model)
+    with g:
+        assert report.cache_misses == len(model) and g.prepacked
+        check_model_runs(g, model)
+
+
+@pytest.mark.parametrize("older_file", [False, True])
+def test_full_disk_warns_keeps_the_load_and_leaves_no_partial_file(device, compiler, tmp_path, monkeypatch, older_file):
+    import errno
+
+    import vkgraph.cache.format as fmt
+
+    path = tmp_path / "w.vkpw"
+    model = weights(2)
+    if older_file:  # a complete file of another model is already there
+        g, _, _ = load(device, compiler, path, [(f"other.{n}", w, p) for n, w, p in weights(3, count=2)])
+        g.destroy()
+        before = path.read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fmt.os, "fsync", full)
+    with pytest.warns(UserWarning, match=rf"packed-weight cache not saved: {path}: .*No space left on device"):
+        g, _, report = load(device, compiler, path, model)
+    with g:
+        check_model_runs(g, model)
+    assert not list(tmp_path.glob(".w.vkpw.*"))  # no temporary file left behind
+    if older_file:
+        assert path.read_bytes() == before  # the older file is untouched, and still whole
+    else:
+        assert not path.exists()
+
+
+def test_auto_mode_keeps_the_load_when_the_save_runs_out_of_memory(device, compiler, tmp_path, monkeypatch):
+    """The save reads packed tensors back (a staging buffer on a discrete GPU): running out of
+    memory there is a failed save, not a reason to retry the load in reduce-peak mode."""
+    from vkgraph.errors import OutOfDeviceMemoryError
+
+    def no_memory(self, ref):
+        raise OutOfDeviceMemoryError("vkAllocateMemory", "VK_ERROR_OUT_OF_DEVICE_MEMORY", "read-back buffer")
+
+    monkeypatch.setattr(ComputeGraph, "read_tensor", no_memory)
+    model = weights(3)
+    with pytest.warns(UserWarning, match="packed-weight cache not saved: .*VK_ERROR_OUT_OF_DEVICE_MEMORY"):
+        g, _, report = load(device, compiler, tmp_path / "w.vkpw", model, prepack__reduce_peak_memory="auto")
+    with g:
+        assert report.mode == "staged" and not report.retried_after
+        check_model_runs(g, model)

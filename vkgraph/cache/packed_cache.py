@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from ..errors import CacheFormatError
+from ..errors import CacheFormatError, DeviceLostError, FenceTimeoutError, VkGraphError
 from ..runtime import Device, ImportedBuffer
 from .format import PAGE, Entry, PackedWeightFile, align_page, write_file
 
@@ -99,13 +99,24 @@ class PackedWeightCache:
 
     def save(self, hits: dict[int, Entry]) -> float:
         """Write what the load packed (the keyed nodes that were not hits) to the file, once;
-        nothing when everything came from the cache. Returns the seconds it took."""
+        nothing when everything came from the cache. Returns the seconds it took.
+
+        A save that fails (a full disk, a path that is not a directory, no memory to read the
+        weights back) is a warning naming the path and the reason: the load stands, the file is
+        as it was (the new one is written aside and renamed over it only when complete), and the
+        next load packs again. Only a lost device or a fence timeout propagates."""
         t0 = time.perf_counter()
         g = self.graph
-        new = {key: (g.values[g.prepack_nodes[i].dst].layout, g.read_tensor(g.prepack_nodes[i].dst))
-               for i, key in self.keys.items() if i not in hits}
-        if new or (self.file is None and self.path.exists()):
-            save(self.path, self.identity, new)
+        try:
+            new = {key: (g.values[g.prepack_nodes[i].dst].layout, g.read_tensor(g.prepack_nodes[i].dst))
+                   for i, key in self.keys.items() if i not in hits}
+            if new or (self.file is None and self.path.exists()):
+                save(self.path, self.identity, new)
+        except (DeviceLostError, FenceTimeoutError):
+            raise
+        except (OSError, MemoryError, ValueError, VkGraphError) as exc:
+            warnings.warn(f"packed-weight cache not saved: {self.path}: {exc}; the model is loaded, and the "
+                          "next load packs its weights again", stacklevel=5)
         return time.perf_counter() - t0
 
     def close(self) -> None:
