@@ -244,3 +244,26 @@ def test_auto_mode_keeps_the_load_when_the_save_runs_out_of_memory(device, compi
     with g:
         assert report.mode == "staged" and not report.retried_after
         check_model_runs(g, model)
+
+
+def test_failing_cache_hit_frees_the_whole_run(device, compiler, tmp_path):
+    """A hit that cannot get its memory (here: past the device budget) fails the load and frees
+    everything the load made, the staging ring and pools included."""
+    from vkgraph.errors import OutOfDeviceMemoryError
+    from vkgraph.runtime import live_objects
+
+    path = tmp_path / "w.vkpw"
+    model = weights(2, count=4)
+    g, _, _ = load(device, compiler, path, model)
+    g.destroy()
+    model = model + [("new.miss", np.ones((8, 32), np.float32), "linear_4x4")]  # a miss: the run needs staging
+    budget = device.allocated_nbytes + 2048  # the miss's staging fits, a hit's imported page does not
+    cfg = GraphConfig().replace(cache__packed_weights_path=str(path), device__max_memory_nbytes=budget)
+    with ComputeGraph(cfg, device=device, compiler=compiler) as g:
+        for name, w, packer in model:
+            g.prepack_tensor(g.add_tensorref(w, name, quant="q8_0" if packer == "q8_0" else ""), packer)
+        g.prepare()
+        live, allocated = live_objects(), device.allocated_nbytes
+        with pytest.raises(OutOfDeviceMemoryError, match="budget"):
+            g.run_prepack()
+        assert live_objects() == live and device.allocated_nbytes == allocated

@@ -260,3 +260,18 @@ def test_device_lacking_a_feature(device, monkeypatch):
     monkeypatch.setattr(image, "storage_image_supported", lambda dev: False)
     with pytest.raises(UnsupportedFeatureError, match="cannot use R32G32B32A32_SFLOAT as a storage image"):
         image.Image3D(device, (4, 4, 4))
+
+
+def test_failed_upload_frees_its_buffer(device, compiler):
+    """TensorMemory.upload (cache hits copied into device memory) frees the buffer it made when
+    writing into it fails."""
+    from vkgraph.graph.values import Tensor
+
+    with graph(device, compiler) as g:
+        t = Tensor("w", (4, 4), np.dtype(np.float32), constant=True)
+        live, allocated = live_objects(), device.allocated_nbytes
+        with pytest.raises(ValueError, match="outside"):
+            g.memory.upload(t, np.ones(32, np.float32))  # 128 bytes into a 64-byte tensor
+        assert live_objects() == live and device.allocated_nbytes == allocated and t.buffer is None
+        g.memory.upload(t, np.arange(16, dtype=np.float32))
+        np.testing.assert_array_equal(g.memory.read(t).view(np.float32), np.arange(16, dtype=np.float32))
