@@ -267,3 +267,21 @@ def test_failing_cache_hit_frees_the_whole_run(device, compiler, tmp_path):
         with pytest.raises(OutOfDeviceMemoryError, match="budget"):
             g.run_prepack()
         assert live_objects() == live and device.allocated_nbytes == allocated
+
+
+def test_unaligned_index_is_rebuilt_with_a_warning(device, compiler, tmp_path):
+    """A valid-looking file whose index does not start on a page (another writer's): the last
+    region's page cannot be imported whole, so the file is rejected and rebuilt."""
+    from tests.unit.test_cache_format import unalign_index
+
+    path = tmp_path / "w.vkpw"
+    model = weights(3, count=4)
+    g, refs, _ = load(device, compiler, path, model)
+    with g:
+        packed = [bytes(g.read_tensor(r)) for r in refs]
+    unalign_index(path)
+    with pytest.warns(UserWarning, match="rebuilt: .*index offset .* is not page-aligned"):
+        g, refs, report = load(device, compiler, path, model)
+    with g:
+        assert report.cache_hits == 0 and [bytes(g.read_tensor(r)) for r in refs] == packed
+        check_model_runs(g, model)

@@ -37,6 +37,21 @@ def test_empty_file_round_trip(tmp_path):
     assert PackedWeightFile(path).entries == {}
 
 
+def unalign_index(path):
+    """Rewrite a valid file with its index right after the last region's bytes instead of at the
+    next page: valid-looking, every offset and checksum right (as another writer might make it)."""
+    from vkgraph.cache.format import MAGIC, VERSION, checksum
+
+    f = PackedWeightFile(path)
+    end = max(e.offset + e.nbytes for e in f.entries.values())
+    index_start, count = FOOTER.unpack_from(f.mapping, f.size - FOOTER.size)[:2]
+    index = bytes(f.mapping[index_start:f.size - FOOTER.size])
+    raw = bytes(f.mapping[:end])
+    f.close()
+    assert end % PAGE  # the test needs a last region that does not end on a page
+    path.write_bytes(raw + index + FOOTER.pack(end, count, checksum(index), MAGIC, VERSION, 0))
+
+
 def corrupt(path, offset, data):
     raw = bytearray(path.read_bytes())
     raw[offset:offset + len(data)] = data
@@ -52,6 +67,7 @@ def corrupt(path, offset, data):
     (lambda p, s: corrupt(p, s - FOOTER.size, struct.pack("<Q", s * 2)), "index offset"),
     (lambda p, s: corrupt(p, s - FOOTER.size + 8, struct.pack("<I", 2**31)), "index entries cannot fit"),
     (lambda p, s: corrupt(p, s - FOOTER.size - 3, b"\xff"), "index checksum mismatch"),
+    (lambda p, s: unalign_index(p), "index offset .* is not page-aligned"),
 ])
 def test_corruption_is_rejected_with_the_reason(tmp_path, damage, reason):
     path, _, size = make(tmp_path)

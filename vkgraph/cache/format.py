@@ -4,7 +4,7 @@
 
     [header, 4096 bytes: magic "VKPW" | version u32 | identity length u32 | identity JSON]
     [packed regions, each starting at a multiple of 4096]
-    [index: entry_count x (key_len u32 | key | offset u64 | nbytes u64 | layout_len u32 | layout | checksum u64)]
+    [index, at a multiple of 4096: entry_count x (key_len u32 | key | offset u64 | nbytes u64 | layout_len u32 | layout | checksum u64)]
     [footer, 32 bytes: index_start u64 | entry_count u32 | index checksum u64 | magic "VKPW" | version u32 | pad u32]
 
 Checksums are xxh3-64 (fast enough to check every region a warm load uses). A reader trusts nothing: every length, offset and count is checked
@@ -101,6 +101,8 @@ class PackedWeightFile:
         index_end = size - FOOTER.size
         if not PAGE <= index_start <= index_end:
             raise self._fail(f"index offset {index_start} is outside the file")
+        if index_start % PAGE:  # every region's last page must lie in the file, to import it whole
+            raise self._fail(f"index offset {index_start} is not page-aligned")
         if count > (index_end - index_start) // (4 + ENTRY_FIXED.size + 4 + 8):
             raise self._fail(f"{count} index entries cannot fit {index_end - index_start} bytes")
         if checksum(mm[index_start:index_end]) != index_sum:
