@@ -285,3 +285,32 @@ def test_unaligned_index_is_rebuilt_with_a_warning(device, compiler, tmp_path):
     with g:
         assert report.cache_hits == 0 and [bytes(g.read_tensor(r)) for r in refs] == packed
         check_model_runs(g, model)
+
+
+def test_device_refusing_file_pages_gets_copies(device, compiler, tmp_path, monkeypatch):
+    """Drivers may refuse to import file-backed pages as host memory (Mesa and IREE probe for
+    it): the warm load warns once and copies the cached weights instead."""
+    import weakref
+
+    from vkgraph.cache import packed_cache
+    from vkgraph.errors import VulkanError
+
+    path = tmp_path / "w.vkpw"
+    model = weights(1)
+    g, refs, _ = load(device, compiler, path, model)
+    with g:
+        packed = [bytes(g.read_tensor(r)) for r in refs]
+
+    def refuse(*args, **kwargs):
+        raise VulkanError("vkAllocateMemory", "VK_ERROR_INVALID_EXTERNAL_HANDLE", "file-backed pages")
+
+    monkeypatch.setattr(packed_cache, "ImportedBuffer", refuse)
+    monkeypatch.setattr(packed_cache, "FILE_IMPORTS", weakref.WeakKeyDictionary())  # this test's own probe
+    with pytest.warns(UserWarning, match="refuses to import file-backed pages.*INVALID_EXTERNAL_HANDLE") as seen:
+        g, refs, report = load(device, compiler, path, model)
+    assert len([w for w in seen if "file-backed" in str(w.message)]) == 1  # once, not per tensor
+    with g:
+        assert report.cache_hits == len(model) and report.zero_copy_tensors == 0 and report.packing_dispatches == 0
+        assert set(report.tensor_paths.values()) == {"copy"}
+        assert [bytes(g.read_tensor(r)) for r in refs] == packed
+        check_model_runs(g, model)

@@ -275,3 +275,44 @@ def test_failed_upload_frees_its_buffer(device, compiler):
         assert live_objects() == live and device.allocated_nbytes == allocated and t.buffer is None
         g.memory.upload(t, np.arange(16, dtype=np.float32))
         np.testing.assert_array_equal(g.memory.read(t).view(np.float32), np.arange(16, dtype=np.float32))
+
+
+GC_CYCLE_SCRIPT = """
+import gc, mmap, sys
+from vkgraph.errors import OutOfDeviceMemoryError
+from vkgraph.runtime import Device, ImportedBuffer
+
+with open(sys.argv[1], "wb") as f:
+    f.write(b"x" * 8192)
+dev = Device(max_memory_nbytes=1)  # every allocation is past the budget
+if not dev.has_external_memory_host:
+    print("no import"); sys.exit(0)
+fh = open(sys.argv[1], "rb")
+mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+def helper(exc):
+    raise exc  # a frame holding the exception: its traceback is now a reference cycle
+
+for _ in range(3):
+    try:
+        try:
+            ImportedBuffer(dev, memoryview(mm)[:4096], 4096)
+        except OutOfDeviceMemoryError as exc:
+            helper(exc)
+    except OutOfDeviceMemoryError:
+        pass
+gc.collect()
+dev.destroy()
+print("ok")
+"""
+
+
+def test_failed_import_caught_in_a_reference_cycle_is_collected(device, tmp_path):
+    """A failed ImportedBuffer releases its pin on the host pages at once: the garbage collector
+    crashed (SIGSEGV) collecting a cffi buffer that an exception's traceback cycle still held."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", GC_CYCLE_SCRIPT, str(tmp_path / "pages")], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() in ("ok", "no import"), (p.returncode, p.stderr[-2000:])

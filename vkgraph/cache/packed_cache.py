@@ -11,6 +11,7 @@ import hashlib
 import os
 import time
 import warnings
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,13 +19,28 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from ..errors import CacheFormatError, DeviceLostError, FenceTimeoutError, VkGraphError
+from ..errors import (
+    CacheFormatError,
+    DeviceLostError,
+    FenceTimeoutError,
+    OutOfDeviceMemoryError,
+    VkGraphError,
+    VulkanError,
+)
 from ..runtime import Device, ImportedBuffer
 from .format import PAGE, Entry, PackedWeightFile, align_page, write_file
 
 if TYPE_CHECKING:
     from ..graph.compute_graph import ComputeGraph
     from ..graph.nodes import PrepackNode
+
+
+#: Per device, whether it imports file-backed pages as device memory (probed once).
+FILE_IMPORTS: weakref.WeakKeyDictionary[Device, bool] = weakref.WeakKeyDictionary()
+
+
+#: Failures of an import that are not a refusal of file-backed pages: they fail the load.
+_FATAL = (OutOfDeviceMemoryError, DeviceLostError, FenceTimeoutError)
 
 
 def device_identity(device: Device) -> dict:
@@ -88,14 +104,47 @@ class PackedWeightCache:
         imported as device memory) or "copy"."""
         g = self.graph
         dst = g.values[node.dst]
-        dev = g.device
-        align = dev.physical.min_imported_host_pointer_alignment
-        if dev.has_external_memory_host and align and PAGE % align == 0:
+        if self._imports_file_pages():
             padded = memoryview(self.file.mapping)[entry.offset:entry.offset + align_page(entry.nbytes)]
-            g.memory.adopt(dst, ImportedBuffer(dev, padded, dst.nbytes, name=dst.name))
-            return "zero-copy"
+            try:
+                g.memory.adopt(dst, self._import(padded, dst.nbytes, dst.name))
+                return "zero-copy"
+            except _FATAL:
+                raise
+            except (VulkanError, ValueError) as exc:
+                self._refused(exc)
         g.memory.upload(dst, np.frombuffer(self.file.region(entry), np.uint8))
         return "copy"
+
+    def _import(self, pages: memoryview, nbytes: int, name: str) -> ImportedBuffer:
+        return ImportedBuffer(self.graph.device, pages, nbytes, name=name)
+
+    def _imports_file_pages(self) -> bool:
+        """Whether the device takes this file's pages as device memory: it needs
+        VK_EXT_external_memory_host, and drivers may still refuse file-backed pages (Mesa and
+        IREE probe for it), so the first load on a device imports one page to find out."""
+        dev = self.graph.device
+        align = dev.physical.min_imported_host_pointer_alignment
+        if not (dev.has_external_memory_host and align and PAGE % align == 0):
+            return False
+        if dev not in FILE_IMPORTS:
+            try:
+                self._import(memoryview(self.file.mapping)[:PAGE], PAGE, "file import probe").destroy()
+                FILE_IMPORTS[dev] = True
+            except _FATAL:
+                raise
+            except (VulkanError, ValueError) as exc:
+                self._refused(exc)
+        return FILE_IMPORTS[dev]
+
+    def _refused(self, exc: Exception) -> None:
+        """An import failed for another reason than memory or a lost device: this device does not
+        take file-backed pages (said once), and hits are copied."""
+        dev = self.graph.device
+        if FILE_IMPORTS.get(dev) is not False:
+            warnings.warn(f"{dev.name} refuses to import file-backed pages as device memory ({exc}): the "
+                          "packed-weight cache is copied into device memory instead", stacklevel=6)
+        FILE_IMPORTS[dev] = False
 
     def save(self, hits: dict[int, Entry]) -> float:
         """Write what the load packed (the keyed nodes that were not hits) to the file, once;

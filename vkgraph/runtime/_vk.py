@@ -8,7 +8,8 @@ them into the vkgraph error tree, naming the Vulkan call and the ``VkResult``.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from ..errors import (
     DeviceLostError,
@@ -101,3 +102,17 @@ def call(fn: Callable[..., Any], *args: Any, detail: str = "") -> Any:
             raise
         raise VulkanError(name, _UNLISTED_RESULTS.get(code, f"VkResult {code}"), detail) from None
 
+
+
+@contextmanager
+def pinned(data: Any) -> Iterator[Any]:
+    """``ffi.from_buffer(data)`` (None for empty data) for the length of a call, released after
+    it. A cffi buffer left in a frame that ends up in a reference cycle (an exception's traceback
+    and a frame holding the exception) crashes CPython's garbage collector when it collects the
+    cycle (cffi 2.1.1; a plain memoryview does not): release it before leaving."""
+    buf = ffi.from_buffer(data) if len(data) else None
+    try:
+        yield buf
+    finally:
+        if buf is not None:
+            ffi.release(buf)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ..errors import CommandBufferStateError
-from ._vk import call, ffi, vk
+from ._vk import call, pinned, vk
 from .device import Device
 from .handle import VkObject
 from .sync import DEFAULT_TIMEOUT_S, Fence
@@ -197,10 +197,10 @@ class CommandBuffer(VkObject):
             raise ValueError(
                 f"push constants: {offset + len(raw)} bytes exceed the layout's {layout.push_constant_nbytes}"
             )
-        payload = ffi.from_buffer(raw)
-        vk.vkCmdPushConstants(
-            self._recording(), layout.handle, vk.VK_SHADER_STAGE_COMPUTE_BIT, offset, len(raw), payload
-        )
+        with pinned(raw) as payload:
+            vk.vkCmdPushConstants(
+                self._recording(), layout.handle, vk.VK_SHADER_STAGE_COMPUTE_BIT, offset, len(raw), payload
+            )
 
     def dispatch(self, x: int, y: int = 1, z: int = 1) -> None:
         limit = self.device.limits["maxComputeWorkGroupCount"]

@@ -205,16 +205,44 @@ class ImportedBuffer(Buffer):
         from ._vk import ffi
 
         what = f"imported buffer {name!r}" if name else "imported buffer"
-        align = device.physical.min_imported_host_pointer_alignment
-        if not device.has_external_memory_host or not align:
+        if not device.has_external_memory_host or not device.physical.min_imported_host_pointer_alignment:
             raise UnsupportedFeatureError("VK_EXT_external_memory_host",
                                           f"{device.name} cannot import host memory (VK_EXT_external_memory_host)")
-        keep = ffi.from_buffer(host)  # pins the mapping while the device uses its pages
-        pointer = ffi.cast("char *", keep)
-        if int(ffi.cast("uintptr_t", pointer)) % align or len(host) % align or not 0 < nbytes <= len(host):
-            raise ValueError(f"{what}: host range of {len(host)} bytes is not aligned to {align} or smaller than {nbytes}")
         self.device, self.nbytes, self.kind, self.name = device, int(nbytes), MemoryKind.DEVICE, name
         dev = device.handle
+        keep = ffi.from_buffer(host)  # pins the mapping while the device uses its pages
+        try:
+            handle, memory, mtype = self._import(host, keep, what)
+        except BaseException:
+            # Unpin now: a traceback holding `keep` must not be what keeps the mapping's pages
+            # (collecting such a cycle, cffi's buffer and the memoryview under it, crashed CPython).
+            ffi.release(keep)
+            raise
+        self.handle, self.memory, self.memory_type, self.alloc_nbytes = handle, memory, mtype, len(host)
+        self.host_visible = True
+        self._mapping = host
+        imported = len(host)
+        device.account_memory(imported)
+
+        def release(dev=dev, handle=handle, memory=memory, keep=keep, nbytes=imported) -> None:
+            device.account_memory(-nbytes)
+            vk.vkDestroyBuffer(dev, handle, None)
+            vk.vkFreeMemory(dev, memory, None)
+            del keep  # the host pages may be unmapped once the device memory is gone
+
+        self._own(device, release)
+
+    def _import(self, host: memoryview, keep: Any, what: str) -> tuple[Any, Any, Any]:
+        """Create the buffer and import ``host`` (pinned by ``keep``) as its memory: (buffer,
+        memory, memory type)."""
+        from ._vk import ffi
+
+        device, dev = self.device, self.device.handle
+        align = device.physical.min_imported_host_pointer_alignment
+        pointer = ffi.cast("char *", keep)
+        if int(ffi.cast("uintptr_t", pointer)) % align or len(host) % align or not 0 < self.nbytes <= len(host):
+            raise ValueError(f"{what}: host range of {len(host)} bytes is not aligned to {align} or smaller "
+                             f"than {self.nbytes}")
         external = vk.VkExternalMemoryBufferCreateInfo(handleTypes=HOST_ALLOCATION)
         info = vk.VkBufferCreateInfo(pNext=external, size=self.nbytes, usage=int(DEFAULT_USAGE),
                                      sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
@@ -239,16 +267,4 @@ class ImportedBuffer(Buffer):
             vk.vkDestroyBuffer(dev, handle, None)
             vk.vkFreeMemory(dev, memory, None)
             raise
-        self.handle, self.memory, self.memory_type, self.alloc_nbytes = handle, memory, mtype, len(host)
-        self.host_visible = True
-        self._mapping = host
-        imported = len(host)
-        device.account_memory(imported)
-
-        def release(dev=dev, handle=handle, memory=memory, keep=keep, nbytes=imported) -> None:
-            device.account_memory(-nbytes)
-            vk.vkDestroyBuffer(dev, handle, None)
-            vk.vkFreeMemory(dev, memory, None)
-            del keep  # the host pages may be unmapped once the device memory is gone
-
-        self._own(device, release)
+        return handle, memory, mtype

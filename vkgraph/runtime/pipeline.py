@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..paths import atomic_write
-from ._vk import call, error_for, ffi, lib, vk
+from ._vk import call, error_for, ffi, lib, pinned, vk
 from .descriptor import DescriptorSetLayout
 from .device import Device
 from .handle import VkObject
@@ -101,22 +101,22 @@ class ComputePipeline(VkObject):
         # the stage struct is copied by value into the create-info, and the entry-point string
         # and specialization data it points to live only as long as these Python objects.
         map_entries = [vk.VkSpecializationMapEntry(constantID=i, offset=o, size=s) for i, o, s in entries]
-        spec_data = ffi.from_buffer(data) if data else None
-        spec_info = (
-            vk.VkSpecializationInfo(mapEntryCount=len(map_entries), pMapEntries=map_entries,
-                                    dataSize=len(data), pData=spec_data)
-            if entries else None
-        )
-        stage = vk.VkPipelineShaderStageCreateInfo(
-            stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=shader.handle, pName=entry_point,
-            pSpecializationInfo=spec_info,
-        )
-        info = vk.VkComputePipelineCreateInfo(stage=stage, layout=layout.handle)
         dev = device.handle
-        handles = call(
-            vk.vkCreateComputePipelines, dev, cache.handle if cache else None, 1, [info], None,
-            detail=f"shader {shader.name}",
-        )
+        with pinned(data) as spec_data:
+            spec_info = (
+                vk.VkSpecializationInfo(mapEntryCount=len(map_entries), pMapEntries=map_entries,
+                                        dataSize=len(data), pData=spec_data)
+                if entries else None
+            )
+            stage = vk.VkPipelineShaderStageCreateInfo(
+                stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=shader.handle, pName=entry_point,
+                pSpecializationInfo=spec_info,
+            )
+            info = vk.VkComputePipelineCreateInfo(stage=stage, layout=layout.handle)
+            handles = call(
+                vk.vkCreateComputePipelines, dev, cache.handle if cache else None, 1, [info], None,
+                detail=f"shader {shader.name}",
+            )
         self.handle = handle = handles[0]
         self._own(device, lambda: vk.vkDestroyPipeline(dev, handle, None))
 
@@ -136,10 +136,10 @@ class PipelineCache(VkObject):
         if reason:
             warnings.warn(f"{source}: ignored ({reason}); starting with an empty pipeline cache", stacklevel=2)
             initial_data = b""
-        keep = ffi.from_buffer(initial_data) if initial_data else None
-        info = vk.VkPipelineCacheCreateInfo(initialDataSize=len(initial_data), pInitialData=keep)
         dev = device.handle
-        self.handle = handle = call(vk.vkCreatePipelineCache, dev, info, None)
+        with pinned(initial_data) as keep:
+            info = vk.VkPipelineCacheCreateInfo(initialDataSize=len(initial_data), pInitialData=keep)
+            self.handle = handle = call(vk.vkCreatePipelineCache, dev, info, None)
         self._own(device, lambda: vk.vkDestroyPipelineCache(dev, handle, None))
 
     def _foreign_reason(self, data: bytes) -> str | None:
