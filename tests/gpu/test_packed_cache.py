@@ -125,7 +125,7 @@ def test_bad_file_is_rebuilt_with_a_warning(device, compiler, tmp_path, damage):
 
 
 def test_changed_weights_file_misses(device, compiler, tmp_path):
-    """File-backed sources are keyed by path, size, mtime and offset (not read to hash them)."""
+    """A weights file rewritten with other weights misses (keys cover the content)."""
     import os
 
     from vkgraph.models.safetensors import SafetensorsFile, write_safetensors
@@ -314,3 +314,77 @@ def test_device_refusing_file_pages_gets_copies(device, compiler, tmp_path, monk
         assert set(report.tensor_paths.values()) == {"copy"}
         assert [bytes(g.read_tensor(r)) for r in refs] == packed
         check_model_runs(g, model)
+
+
+def test_weights_replaced_with_the_same_size_and_mtime_miss(device, compiler, tmp_path):
+    """Reproducible wheels give every file one mtime, and cp -p, tar and rsync restore mtimes:
+    a weights file replaced by another of the same size and mtime must not be served the first
+    file's packed weights. Keys cover content, so a copy of the file elsewhere hits."""
+    import os
+    import shutil
+
+    from vkgraph.models.safetensors import SafetensorsFile, write_safetensors
+
+    rng = np.random.default_rng(10)
+    weights_file, cache = tmp_path / "m.safetensors", tmp_path / "w.vkpw"
+
+    def load_file(f):
+        with SafetensorsFile(f) as st, ComputeGraph(GraphConfig().replace(cache__packed_weights_path=str(cache)),
+                                                    device=device, compiler=compiler) as g:
+            refs = []
+            for name in ("small", "big"):
+                info = st.info(name)
+                refs.append(g.prepack_tensor(g.add_tensorref(st.source(name), name, shape=info.shape, dtype=info.dtype),
+                                             "linear_4x4"))
+            report = g.run_prepack()
+            return report, [bytes(g.read_tensor(r)) for r in refs]
+
+    first = {"small": rng.standard_normal((8, 32)).astype(np.float32),
+             "big": rng.standard_normal((1024, 512)).astype(np.float32)}  # 2 MiB
+    write_safetensors(weights_file, first)
+    stamp = weights_file.stat()
+    cold, packed = load_file(weights_file)
+    assert cold.cache_misses == 2
+    second = {k: v.copy() for k, v in first.items()}
+    second["small"][3, 5] += 1.0  # one weight of a small tensor
+    second["big"] = -second["big"]  # every weight of a big one (a re-quantized model)
+    write_safetensors(weights_file, second)
+    os.utime(weights_file, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert weights_file.stat().st_size == stamp.st_size and weights_file.stat().st_mtime_ns == stamp.st_mtime_ns
+    report, got = load_file(weights_file)
+    assert report.cache_hits == 0 and report.cache_misses == 2 and got != packed
+    copied = tmp_path / "elsewhere" / "m.safetensors"
+    copied.parent.mkdir()
+    shutil.copy2(weights_file, copied)
+    report, again = load_file(copied)
+    assert report.cache_hits == 2 and again == got
+
+
+def test_fingerprints_are_remembered_while_the_file_is_unchanged(device, compiler, tmp_path, monkeypatch):
+    """A warm load does not read the weights to fingerprint them again; any write to the file
+    (here: the same bytes, so the same fingerprints) makes the next load read them."""
+    from vkgraph.graph.values import ArraySource
+    from vkgraph.models.safetensors import SafetensorsFile, write_safetensors
+
+    weights_file, cache = tmp_path / "m.safetensors", tmp_path / "w.vkpw"
+    tensors = {f"w{i}": np.random.default_rng(i).standard_normal((64, 32)).astype(np.float32) for i in range(3)}
+    write_safetensors(weights_file, tensors)
+    reads = []
+    real = ArraySource.fingerprint
+    monkeypatch.setattr(ArraySource, "fingerprint", lambda self: reads.append(1) or real(self))
+
+    def warm_load():
+        reads.clear()
+        with SafetensorsFile(weights_file) as st, ComputeGraph(GraphConfig().replace(cache__packed_weights_path=str(cache)),
+                                                               device=device, compiler=compiler) as g:
+            for name in tensors:
+                info = st.info(name)
+                g.prepack_tensor(g.add_tensorref(st.source(name), name, shape=info.shape, dtype=info.dtype), "linear_4x4")
+            return g.run_prepack(), len(reads)
+
+    assert warm_load()[1] == 3  # cold: fingerprinted, remembered
+    report, read = warm_load()
+    assert report.cache_hits == 3 and read == 0
+    weights_file.write_bytes(weights_file.read_bytes())  # rewritten: new ctime
+    report, read = warm_load()
+    assert report.cache_hits == 3 and read == 3

@@ -7,7 +7,7 @@ the old one). A bad or foreign file is a warning and gets rebuilt."""
 from __future__ import annotations
 
 import fcntl
-import hashlib
+import json
 import os
 import time
 import warnings
@@ -27,6 +27,8 @@ from ..errors import (
     VkGraphError,
     VulkanError,
 )
+from ..graph.values import ByteSource
+from ..paths import atomic_write
 from ..runtime import Device, ImportedBuffer
 from .format import PAGE, Entry, PackedWeightFile, align_page, write_file
 
@@ -49,6 +51,56 @@ def device_identity(device: Device) -> dict:
             "driver_version": p.driver_version, "pipeline_cache_uuid": p.pipeline_cache_uuid.hex()}
 
 
+class SourceFingerprints:
+    """Fingerprints of file-backed sources remembered next to the cache file
+    (``<cache>.sources.json``: {file: {"stat": [...], "tensors": {"offset:nbytes": fingerprint}}}),
+    so a warm load does not read the weights again. They count only while the file's stat
+    signature is the one they were taken with: device, inode, size, mtime and ctime. The kernel
+    sets ctime on every write and rename; cp -p, tar, rsync and reproducible wheels restore
+    mtimes, not ctimes, so a replaced or rewritten file is fingerprinted again."""
+
+    def __init__(self, cache_path: Path):
+        self.path = cache_path.with_name(cache_path.name + ".sources.json")
+        try:
+            self.files = json.loads(self.path.read_text())
+            if not isinstance(self.files, dict):
+                raise ValueError("not an object")
+        except (OSError, ValueError):
+            self.files = {}  # none yet, unreadable or damaged: fingerprint again
+        self.changed = False
+        self._stats: dict[str, list[int]] = {}
+
+    def _stat(self, file: str) -> list[int]:
+        if file not in self._stats:
+            st = os.stat(file)
+            self._stats[file] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        return self._stats[file]
+
+    def get(self, source: ByteSource) -> str:
+        origin = getattr(source, "origin", None)
+        if origin is None:
+            return source.fingerprint()
+        file, offset = origin
+        stat = self._stat(file)  # before reading: a change while hashing gives the file a new ctime
+        known = self.files.get(file)
+        if not isinstance(known, dict) or known.get("stat") != stat or not isinstance(known.get("tensors"), dict):
+            known = self.files[file] = {"stat": stat, "tensors": {}}
+        where = f"{offset}:{source.nbytes}"
+        if not isinstance(known["tensors"].get(where), str):
+            known["tensors"][where] = source.fingerprint()
+            self.changed = True
+        return known["tensors"][where]
+
+    def save(self) -> None:
+        """Keep new fingerprints for the next load (best effort: without them it hashes again)."""
+        if self.changed:
+            try:
+                atomic_write(self.path, json.dumps(self.files).encode())
+            except OSError:
+                pass
+            self.changed = False
+
+
 class PackedWeightCache:
     """The cache file at ``path`` as one graph's loads use it. The file stays open (its pages
     may be the device memory of hit tensors) until :meth:`close`, after those buffers are gone."""
@@ -59,14 +111,14 @@ class PackedWeightCache:
         self.identity = device_identity(graph.device)
         self.file: PackedWeightFile | None = None
         self.keys: dict[int, str] = {}  # prepack node index -> key, for the nodes the cache can hold
+        self.fingerprints = SourceFingerprints(self.path)
 
     def key(self, node: PrepackNode) -> str:
-        """Tensor name, source identity, packer (name, parameters, shader hash) and packed shape."""
+        """Tensor name, the source's content fingerprint, packer (name, parameters, shader hash)
+        and packed shape."""
         g = self.graph
         src, dst = g.values[node.src], g.values[node.dst]
-        ident = getattr(src.source, "identity", None)
-        if ident is None:  # in-memory data: identify it by content
-            ident = "blake2b:" + hashlib.blake2b(src.source.read(), digest_size=16).hexdigest()
+        ident = self.fingerprints.get(src.source)
         p = node.packer
         shader = "none" if p.shader is None else g.kernels.shader_hash(p.shader, p.defines)
         defines = ",".join(f"{k}={v}" for k, v in sorted(p.defines.items()))
@@ -85,6 +137,7 @@ class PackedWeightCache:
             entry = self.file.entries.get(key) if self.file else None
             if entry is not None and entry.nbytes == g.values[node.dst].nbytes:
                 hits[i] = entry
+        self.fingerprints.save()
         if not hits:
             return hits
         # Check every region this load will use; xxh3 releases the GIL, so use the cores.

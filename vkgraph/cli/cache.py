@@ -11,7 +11,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
     path = Path(args.path)
     if args.action == "clear":
-        removed = [p for p in (path, path.with_name(path.name + ".lock")) if p.exists()]
+        removed = [p for p in (path, *(path.with_name(path.name + s) for s in (".lock", ".sources.json")))
+                   if p.exists()]
         for p in removed:
             p.unlink()
         print(f"removed {', '.join(map(str, removed))}" if removed else f"{path}: nothing to remove")

@@ -4,10 +4,12 @@ by integer refs into the graph's value table, and the host staging of graph inpu
 from __future__ import annotations
 
 import mmap
+import os
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import numpy as np
+import xxhash
 
 from ..errors import VkGraphError
 from ..runtime import Buffer, Image3D
@@ -15,17 +17,34 @@ from ..runtime import Buffer, Image3D
 ValueRef = int
 
 
-def file_identity(path: str, offset: int, nbytes: int) -> str:
-    """Names bytes of a file without reading them: path, size, mtime, offset, length."""
-    import os
+#: Content fingerprints (packed-weight cache keys) of file-backed tensors: tensors up to WHOLE
+#: bytes are hashed whole, larger ones by BLOCK-byte samples, one per MiB (at least 16, at most
+#: 256): all but one evenly spaced from the first byte, and the last BLOCK bytes.
+FINGERPRINT_WHOLE = 64 << 10
+FINGERPRINT_BLOCK = 4 << 10
 
-    st = os.stat(path)
-    return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}:{offset}:{nbytes}"
+
+def fingerprint(data: np.ndarray, sampled: bool) -> str:
+    """xxh3-128 of ``data``'s length and bytes: all of them, or (``sampled``, for tensors read
+    through a file mapping) the samples described at :data:`FINGERPRINT_WHOLE`, which touch a
+    few pages of each tensor instead of all of them, keeping a warm load fast."""
+    n = data.nbytes
+    h = xxhash.xxh3_128(n.to_bytes(8, "little"))
+    if not sampled or n <= FINGERPRINT_WHOLE:
+        h.update(data)
+        return "xxh3:" + h.hexdigest()
+    blocks = min(256, max(16, n >> 20))
+    step = (n - FINGERPRINT_BLOCK) // (blocks - 1)
+    # blocks - 1 evenly spaced from the first byte (rows of a reshape), and the last bytes
+    h.update(np.ascontiguousarray(data[:(blocks - 1) * step].reshape(blocks - 1, step)[:, :FINGERPRINT_BLOCK]))
+    h.update(data[n - FINGERPRINT_BLOCK:])
+    return f"xxh3-sampled{blocks}:" + h.hexdigest()
 
 
 class ByteSource(Protocol):
     """Where a TensorRef's bytes come from. ``read()`` may be called once per prepack node;
-    ``release()`` is called after the last one, so file pages can be dropped from memory."""
+    ``release()`` is called after the last one, so file pages can be dropped from memory.
+    ``fingerprint()`` names the bytes by content (packed-weight cache keys)."""
 
     nbytes: int
 
@@ -33,20 +52,21 @@ class ByteSource(Protocol):
 
     def release(self) -> None: ...
 
+    def fingerprint(self) -> str: ...
+
 
 class ArraySource:
     """Bytes of a numpy array (or a view of a memory map). ``release()`` drops the reference,
     and for a view of a file mapping tells the kernel the pages are no longer needed."""
 
-    def __init__(self, array: np.ndarray, mapping: mmap.mmap | None = None, offset: int = 0,
-                 identity: str | None = None):
+    def __init__(self, array: np.ndarray, mapping: mmap.mmap | None = None, offset: int = 0, path: str = ""):
         self._array: np.ndarray | None = np.ascontiguousarray(array)
         self.nbytes = self._array.nbytes
         self._mapping = mapping
         self._offset = offset
-        #: What the bytes are without reading them (file, size, mtime, offset), for cache keys;
-        #: None: identify by content.
-        self.identity = identity
+        #: (file, offset) of bytes read through a file mapping: lets the packed-weight cache
+        #: remember their fingerprint for as long as the file is unchanged
+        self.origin: tuple[str, int] | None = (os.path.abspath(path), offset) if path else None
 
     @property
     def rereadable(self) -> bool:
@@ -62,6 +82,10 @@ class ArraySource:
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"the source's file mapping is gone ({exc})") from None
         return self._array.reshape(-1).view(np.uint8)
+
+    def fingerprint(self) -> str:
+        """In-memory arrays are hashed whole; views of a file mapping are sampled."""
+        return fingerprint(self.read(), sampled=self._mapping is not None)
 
     def release(self) -> None:
         self._array = None
@@ -92,6 +116,9 @@ class LazySource:
         return data
 
     rereadable = True  # read() calls the loader again
+
+    def fingerprint(self) -> str:
+        return fingerprint(self.read(), sampled=False)
 
     def release(self) -> None:
         if self._release is not None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import GGUFError, MissingTensorError
 from ..ggml import BLOCK_WEIGHTS, BY_GGML_TYPE
-from ..graph.values import ArraySource, file_identity
+from ..graph.values import ArraySource
 
 #: GGML types vkgraph reads: F32 and the block formats of vkgraph/ggml.py.
 SUPPORTED = ("F32", *BY_GGML_TYPE)
@@ -189,8 +189,7 @@ class GGUFFile:
     def source(self, name: str) -> ArraySource:
         """A lazy source over the file mapping; its pages are dropped after release()."""
         t = self.tensor(name)
-        return ArraySource(t.data, mapping=self._mmap, offset=t.offset,
-                           identity=file_identity(self.path, t.offset, t.data.nbytes))
+        return ArraySource(t.data, mapping=self._mmap, offset=t.offset, path=self.path)
 
     def array(self, name: str) -> np.ndarray:
         """The tensor as float32 (dequantized), for references."""

@@ -18,7 +18,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import MissingTensorError, SafetensorsError
-from ..graph.values import ArraySource, file_identity
+from ..graph.values import ArraySource
 
 DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": None,
@@ -109,8 +109,7 @@ class SafetensorsFile:
         """A lazy source: a view of the mapping, dropped from memory after it is released."""
         t = self.info(name)
         view = np.frombuffer(self._mm, dtype=t.dtype, count=t.nbytes // t.dtype.itemsize, offset=t.offset)
-        return ArraySource(view.reshape(t.shape), mapping=self._mm, offset=t.offset,
-                           identity=file_identity(self.path, t.offset, t.nbytes))
+        return ArraySource(view.reshape(t.shape), mapping=self._mm, offset=t.offset, path=self.path)
 
     def array(self, name: str) -> np.ndarray:
         """A copy of the tensor."""
