@@ -211,3 +211,47 @@ def test_conv2d_packer_layout(device, compiler):
     padded = np.zeros((8, 3, 2, 5), np.float32)
     padded[:6] = w
     np.testing.assert_array_equal(got, padded.reshape(2, 4, 3, 2, 5).transpose(0, 3, 4, 2, 1))
+
+
+def test_cpu_encodes_the_next_batch_while_the_gpu_packs_and_staging_waits_for_fences(device, compiler, monkeypatch):
+    """Staged mode's two promises, asserted on a real load: the CPU encodes batch k+1 while batch
+    k is still on the GPU, and no staging region is handed out again before the fence of every
+    batch that used it has signalled."""
+    from vkgraph.graph.prepack import PrepackRun
+    from vkgraph.graph.staging import StagingRing
+
+    unfinished_at_encode, attached, reused = [], [], []
+    real_encode, real_attach, real_reserve = PrepackRun.encode, StagingRing.attach, StagingRing.reserve
+
+    def encode(self, b):
+        if b > 0:
+            unfinished_at_encode.append(not self.fences[b - 1].is_signaled())
+        real_encode(self, b)
+
+    def attach(self, region, fence):
+        attached.append((region.buffer, region.offset, region.offset + region.nbytes, fence))
+        real_attach(self, region, fence)
+
+    def reserve(self, nbytes):
+        region = real_reserve(self, nbytes)
+        for buf, s, e, fence in attached:
+            if buf is region.buffer and s < region.offset + region.nbytes and region.offset < e:
+                reused.append(fence.is_signaled())
+        return region
+
+    monkeypatch.setattr(PrepackRun, "encode", encode)
+    monkeypatch.setattr(StagingRing, "attach", attach)
+    monkeypatch.setattr(StagingRing, "reserve", reserve)
+    rng = np.random.default_rng(12)
+    ws = [rng.standard_normal((256, 256)).astype(np.float32) for _ in range(24)]  # 256 KiB each
+    with graph(device, compiler, prepack__threshold_nbytes=256 * KiB, prepack__initial_threshold_nbytes=256 * KiB,
+               prepack__staging_ring_nbytes=1024 * KiB) as g:
+        refs = [g.prepack_tensor(g.add_tensorref(w, f"w{i}"), "linear_4x4") for i, w in enumerate(ws)]
+        report = g.run_prepack()
+        for ref, w in zip(refs, ws):
+            np.testing.assert_array_equal(g.read_tensor(ref), ref_linear_4x4(w).reshape(-1).view(np.uint8))
+    assert report.submits == 12 and any(unfinished_at_encode)
+    if device.physical.timestamps_supported:  # and the GPU's clock agrees: some batch began encoding before the last ended
+        spans = report.spans
+        assert any(b.cpu_start_s < a.gpu_end_s for a, b in zip(spans, spans[1:]))
+    assert reused and all(reused)  # the ring was reused, and only behind signalled fences
