@@ -8,7 +8,27 @@ import os
 import pytest
 
 from vkgraph.errors import DeviceNotFoundError
-from vkgraph.runtime import Device, collected_objects, debug_messages, live_objects
+from vkgraph.runtime import Device, collected_objects, debug_messages, live_objects, reported_messages
+
+
+@pytest.fixture(scope="session", autouse=True)
+def validation_everywhere():
+    """Every device the GPU suite makes has the validation layer on: the session's, those the CLI
+    opens in this process (configs read VKGRAPH_VALIDATION), and those of child processes, which
+    inherit it (and VKGRAPH_SYNC_VALIDATION under `make test-validation`) and print what the
+    layer reports on stderr: check it with :func:`assert_no_vulkan_messages`."""
+    before = os.environ.get("VKGRAPH_VALIDATION")
+    os.environ["VKGRAPH_VALIDATION"] = "1"
+    yield
+    if before is None:
+        del os.environ["VKGRAPH_VALIDATION"]
+    else:
+        os.environ["VKGRAPH_VALIDATION"] = before
+
+
+def assert_no_vulkan_messages(stderr: str, what: str = "child process") -> None:
+    reported = reported_messages(stderr)
+    assert not reported, f"{what}: the validation layer or loader reported:\n" + "\n".join(reported[:20])
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import assert_no_vulkan_messages
+
 SCRIPT = r"""
 import json, sys
 import numpy as np
@@ -43,6 +45,7 @@ def test_two_processes_at_once(device, tmp_path):
         for p in procs:
             out, err = p.communicate(timeout=300)
             assert p.returncode == 0, err
+            assert_no_vulkan_messages(err)
             results.append(json.loads(out.strip().splitlines()[-1]))
         assert all(r["ok"] for r in results), results
         if round_ == 1:
@@ -65,6 +68,7 @@ def test_file_size_stable_across_twenty_processes(device, tmp_path):
         "sizes = []\n"
         "for _ in range(20):\n"
         "    out = subprocess.run([sys.executable, '-c', script, sys.argv[1]], capture_output=True, text=True, check=True)\n"
+        "    sys.stderr.write(out.stderr)\n"
         "    r = json.loads(out.stdout.strip().splitlines()[-1])\n"
         "    assert r['ok'], r\n"
         "    sizes.append(os.path.getsize(sys.argv[1]))\n"
@@ -72,5 +76,6 @@ def test_file_size_stable_across_twenty_processes(device, tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", driver, str(path)], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr
+    assert_no_vulkan_messages(out.stderr, "one of 20 processes")
     sizes = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(sizes) == 20 and len(set(sizes)) == 1, sizes

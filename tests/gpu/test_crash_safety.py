@@ -13,6 +13,7 @@ import pytest
 
 from vkgraph.cache.format import PackedWeightFile
 
+from .conftest import assert_no_vulkan_messages
 from .test_cache_processes import SCRIPT
 
 # Runs before SCRIPT in the child: dies by SIGKILL at the kill point given as argv[2].
@@ -63,6 +64,7 @@ def run(path, seed, kill=None):
     code = KILL_HOOK + SEEDED if kill else SEEDED
     args = [sys.executable, "-c", code, str(path)] + ([kill] if kill else []) + [str(seed)]
     p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert_no_vulkan_messages(p.stderr)
     if kill:
         assert p.returncode == -signal.SIGKILL, (kill, p.returncode, p.stderr[-2000:])
         return None

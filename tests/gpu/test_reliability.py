@@ -16,6 +16,8 @@ from vkgraph.errors import (
 from vkgraph.graph import ComputeGraph
 from vkgraph.runtime import Fence, _vk, live_objects
 
+from .conftest import assert_no_vulkan_messages
+
 KiB = 1024
 # 12 linear weights of 64 x 1000 fp32 (256000 bytes staged and packed each), batches of 3
 # weights, a 1 MiB staging ring: staged mode needs the ring on top of the weights, reduce-peak one batch.
@@ -316,3 +318,4 @@ def test_failed_import_caught_in_a_reference_cycle_is_collected(device, tmp_path
     p = subprocess.run([sys.executable, "-c", GC_CYCLE_SCRIPT, str(tmp_path / "pages")], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() in ("ok", "no import"), (p.returncode, p.stderr[-2000:])
+    assert_no_vulkan_messages(p.stderr)

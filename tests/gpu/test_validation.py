@@ -35,3 +35,21 @@ def test_sync_validation_reports_a_missing_barrier(device, monkeypatch):
     new = debug_messages()[start:]
     assert any("SYNC-HAZARD-READ-AFTER-WRITE" in m.text for m in new), new
     del debug_messages()[start:]  # consumed: this test expected them
+
+
+def test_child_processes_validate_and_report_on_stderr(device, tmp_path):
+    """Children of the GPU suite inherit VKGRAPH_VALIDATION=1, and what the layer reports in them
+    reaches their stderr, where the parent finds it."""
+    import subprocess
+    import sys
+
+    from vkgraph.runtime import reported_messages
+
+    script = ("from vkgraph.runtime import Device\nfrom vkgraph.runtime._vk import vk\n"
+              "with Device() as dev:\n"
+              "    assert dev.validation\n"
+              "    info = vk.VkBufferCreateInfo(size=64, usage=0, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)\n"
+              "    vk.vkDestroyBuffer(dev.handle, vk.vkCreateBuffer(dev.handle, info, None), None)\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert any("usage" in m for m in reported_messages(p.stderr) if m.startswith("vulkan [error]")), p.stderr[-2000:]

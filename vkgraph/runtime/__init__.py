@@ -5,7 +5,7 @@ from .descriptor import DescriptorPool, DescriptorSet, DescriptorSetLayout, Desc
 from .device import Device, select_physical_device
 from .handle import VkObject, collected_objects, live_objects
 from .image import Image3D, storage_image_supported
-from .instance import DebugMessage, Instance, PhysicalDevice, debug_messages, loader_version
+from .instance import DebugMessage, Instance, PhysicalDevice, debug_messages, loader_version, reported_messages
 from .memory import Buffer, BufferUsage, ImportedBuffer, MemoryKind, select_memory_type
 from .pipeline import ComputePipeline, PipelineCache, PipelineLayout, ShaderModule
 from .query import TimestampQueryPool, host_clock_offset_ns
@@ -46,6 +46,7 @@ __all__ = [
     "host_clock_offset_ns",
     "live_objects",
     "loader_version",
+    "reported_messages",
     "select_memory_type",
     "select_physical_device",
     "storage_image_supported",

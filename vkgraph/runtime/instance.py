@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,16 @@ def debug_messages() -> list[DebugMessage]:
     return _messages
 
 
+#: Warnings and errors are also logged (logger "vkgraph.vulkan") as "vulkan [severity] id: text":
+#: a process without a logging setup prints them on stderr, where its parent can find them.
+_REPORTED = re.compile(r"^vulkan \[(error|warning)\] ", re.MULTILINE)
+
+
+def reported_messages(output: str) -> list[str]:
+    """The validation-layer or loader warnings and errors in a child process's output."""
+    return [line for line in output.splitlines() if _REPORTED.match(line)]
+
+
 def _debug_callback(severity: int, types: int, data: Any, _user: Any) -> int:
     # Runs inside a Vulkan call; it must not raise. The binding keeps one Python callback per
     # process for PFN_vkDebugUtilsMessengerCallbackEXT, so every instance shares this one.
@@ -91,7 +102,7 @@ def _debug_callback(severity: int, types: int, data: Any, _user: Any) -> int:
         msg = DebugMessage(_SEVERITIES.get(severity, "verbose"), kinds, id_name, text)
         _messages.append(msg)
         level = {"error": logging.ERROR, "warning": logging.WARNING}.get(msg.severity, logging.DEBUG)
-        log.log(level, "%s", msg)
+        log.log(level, "vulkan %s", msg)
     except Exception:  # pragma: no cover - never let an exception cross the C boundary
         log.exception("vkgraph debug callback failed")
     return 0  # VK_FALSE: do not abort the call

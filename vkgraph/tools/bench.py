@@ -18,6 +18,7 @@ from ..graph.report import LoadReport
 from ..models import outputs_match
 from ..models.registry import Model, open_model, resolve
 from ..paths import DEFAULT_CONFIG, user_cache_dir
+from ..runtime import reported_messages
 
 MODES = ("legacy", "staged", "reduce-peak", "cold-cache", "warm-cache")
 
@@ -171,7 +172,8 @@ def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: 
                        check: str = "every") -> list[dict[str, Any]]:
     """``vkgraph bench load --json`` in a fresh process (``loads`` loads in it, ``check``: "every"
     load verified, or only the "last"): one result per load; RuntimeError with the child's
-    stderr when it fails."""
+    stderr when it fails, or when the validation layer (``VKGRAPH_VALIDATION=1``, inherited)
+    or the loader reported a warning or an error in it."""
     cmd = [sys.executable, "-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode, "--json",
            "--loads", str(loads), "--check", check]
     if config:
@@ -179,4 +181,7 @@ def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: 
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd[1:])} failed: {proc.stderr.strip()[-2000:]}")
+    reported = reported_messages(proc.stderr)
+    if reported:
+        raise RuntimeError(f"{' '.join(cmd[1:])}: Vulkan reported {len(reported)} message(s):\n" + "\n".join(reported[:20]))
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
