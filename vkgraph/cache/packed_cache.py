@@ -1,5 +1,6 @@
-"""How a load uses the packed-weight cache (ARCHITECTURE.md §3, §5): keys, device identity,
-lookup (every region a load uses is checksummed first), giving hit tensors their memory from the
+"""How a load uses the packed-weight cache (ARCHITECTURE.md §3, §5): keys (by content, with
+the fingerprints of unchanged files remembered), device identity, lookup (every region a load
+uses is checksummed first), giving hit tensors their memory from the
 file (zero-copy where the device imports host memory), and saving what a load packed (merged
 with what other processes added, under a file lock, rebuilt to a temporary file and renamed over
 the old one). A bad or foreign file is a warning and gets rebuilt."""
