@@ -53,7 +53,10 @@ class VulkanError(VkGraphError):
 
 
 class OutOfDeviceMemoryError(VulkanError, MemoryError):
-    """``VK_ERROR_OUT_OF_DEVICE_MEMORY``, or an allocation beyond a configured budget."""
+    """``VK_ERROR_OUT_OF_DEVICE_MEMORY``, or an allocation beyond a configured budget: then
+    ``budget`` is true (refused by ``device.max_memory_nbytes`` before Vulkan was called)."""
+
+    budget = False
 
 
 class OutOfHostMemoryError(VulkanError, MemoryError):

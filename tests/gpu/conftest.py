@@ -4,6 +4,7 @@ warning or error, and on any Vulkan object it left alive or never destroyed."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,13 @@ def validation_everywhere():
         del os.environ["VKGRAPH_VALIDATION"]
     else:
         os.environ["VKGRAPH_VALIDATION"] = before
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child Python that imports this checkout's vkgraph (ahead of what
+    PYTHONPATH already holds: an install may rely on it for the dependencies)."""
+    repo = str(Path(__file__).resolve().parents[2])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
 
 
 def assert_no_vulkan_messages(stderr: str, what: str = "child process") -> None:

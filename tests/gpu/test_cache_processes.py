@@ -1,14 +1,12 @@
 """Two processes loading the same model with the same packed-weight cache at once."""
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from .conftest import assert_no_vulkan_messages
+from .conftest import assert_no_vulkan_messages, child_env
 
 SCRIPT = r"""
 import json, sys
@@ -37,7 +35,7 @@ print(json.dumps({"ok": ok, "hits": r.cache_hits, "misses": r.cache_misses}))
 @pytest.mark.slow
 def test_two_processes_at_once(device, tmp_path):
     path = tmp_path / "shared.vkpw"
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env = child_env()
     for round_ in range(2):  # first both cold (racing to write), then both warm
         procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(path)], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
@@ -60,7 +58,7 @@ def test_two_processes_at_once(device, tmp_path):
 @pytest.mark.slow
 def test_file_size_stable_across_twenty_processes(device, tmp_path):
     path = tmp_path / "cycles.vkpw"
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env = child_env()
     # 20 loads, each in a fresh process, run back to back by one driver process.
     driver = (
         "import subprocess, sys, os, json\n"

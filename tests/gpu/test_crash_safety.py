@@ -7,13 +7,12 @@ import random
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from vkgraph.cache.format import PackedWeightFile
 
-from .conftest import assert_no_vulkan_messages
+from .conftest import assert_no_vulkan_messages, child_env
 from .test_cache_processes import SCRIPT
 
 # Runs before SCRIPT in the child: dies by SIGKILL at the kill point given as argv[2].
@@ -60,7 +59,7 @@ KILL_POINTS = int(os.environ.get("VKGRAPH_KILL_POINTS", "8"))
 
 
 def run(path, seed, kill=None):
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env = child_env()
     code = KILL_HOOK + SEEDED if kill else SEEDED
     args = [sys.executable, "-c", code, str(path)] + ([kill] if kill else []) + [str(seed)]
     p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)

@@ -31,7 +31,7 @@ def test_numpy_reference_agrees(minilm_dir, minilm_golden):
     np.testing.assert_allclose(ref, expect, atol=1e-6)
 
 
-def test_run_json(device, capsys):
+def test_run_json(device, minilm_dir, capsys):
     assert cli.main(["run", "--model", "minilm", "--text", "A cat.", "--text", "A kitten.", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     emb = np.array(out["embeddings"])

@@ -305,7 +305,8 @@ def test_device_refusing_file_pages_gets_copies(device, compiler, tmp_path, monk
         raise VulkanError("vkAllocateMemory", "VK_ERROR_INVALID_EXTERNAL_HANDLE", "file-backed pages")
 
     monkeypatch.setattr(packed_cache, "ImportedBuffer", refuse)
-    monkeypatch.setattr(packed_cache, "FILE_IMPORTS", weakref.WeakKeyDictionary())  # this test's own probe
+    monkeypatch.setattr(packed_cache, "FILE_IMPORTS", weakref.WeakKeyDictionary())  # this test's own probe,
+    monkeypatch.setenv("VKGRAPH_CACHE_DIR", str(tmp_path / "memo"))  # remembered only here
     with pytest.warns(UserWarning, match="refuses to import file-backed pages.*INVALID_EXTERNAL_HANDLE") as seen:
         g, refs, report = load(device, compiler, path, model)
     assert len([w for w in seen if "file-backed" in str(w.message)]) == 1  # once, not per tensor

@@ -250,8 +250,7 @@ def test_cpu_encodes_the_next_batch_while_the_gpu_packs_and_staging_waits_for_fe
         report = g.run_prepack()
         for ref, w in zip(refs, ws):
             np.testing.assert_array_equal(g.read_tensor(ref), ref_linear_4x4(w).reshape(-1).view(np.uint8))
+    # (Fence states, not timestamps: an H100 packs such a batch in microseconds, before the CPU
+    # starts the next, yet the fence of the batch before is still unsignalled then.)
     assert report.submits == 12 and any(unfinished_at_encode)
-    if device.physical.timestamps_supported:  # and the GPU's clock agrees: some batch began encoding before the last ended
-        spans = report.spans
-        assert any(b.cpu_start_s < a.gpu_end_s for a, b in zip(spans, spans[1:]))
     assert reused and all(reused)  # the ring was reused, and only behind signalled fences

@@ -20,7 +20,7 @@ def test_greedy_generation_matches_transformers(device, smollm2_path, smollm2_go
     np.testing.assert_allclose(gen.first_logits[:64], case["first_logits_head"], atol=5e-4)
 
 
-def test_run_json_plain_prompt(device, smollm2_golden, capsys):
+def test_run_json_plain_prompt(device, smollm2_path, smollm2_golden, capsys):
     case = smollm2_golden["generations"]["plain"]
     assert cli.main(["run", "--model", "smollm2", "--prompt", case["prompt"], "--max-new-tokens", "6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -68,7 +68,9 @@ class PackedWeightFile:
             size = os.fstat(f.fileno()).st_size
             if size < PAGE + FOOTER.size:
                 raise CacheFormatError(f"{path}: {size} bytes is too short for a packed-weight cache")
-            self.mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            # Private and writable (vkgraph never writes it): NVIDIA's driver refuses to import a
+            # read-only file mapping as device memory; until written, its pages are the file's.
+            self.mapping = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self.size = size
         try:
             self.identity, self.entries = self._parse()

@@ -24,12 +24,11 @@ from ..errors import (
     CacheFormatError,
     DeviceLostError,
     FenceTimeoutError,
-    OutOfDeviceMemoryError,
     VkGraphError,
     VulkanError,
 )
 from ..graph.values import ByteSource
-from ..paths import atomic_write
+from ..paths import atomic_write, user_cache_dir
 from ..runtime import Device, ImportedBuffer
 from .format import PAGE, Entry, PackedWeightFile, align_page, write_file
 
@@ -38,12 +37,42 @@ if TYPE_CHECKING:
     from ..graph.nodes import PrepackNode
 
 
-#: Per device, whether it imports file-backed pages as device memory (probed once).
+#: Per device, whether it imports file-backed pages as device memory (probed once, and
+#: remembered per device and driver in <cache dir>/file-imports.json).
 FILE_IMPORTS: weakref.WeakKeyDictionary[Device, bool] = weakref.WeakKeyDictionary()
 
 
-#: Failures of an import that are not a refusal of file-backed pages: they fail the load.
-_FATAL = (OutOfDeviceMemoryError, DeviceLostError, FenceTimeoutError)
+def _probe_file_imports(device: Device, pages: memoryview) -> Exception | None:
+    """Import one page of a cache file on a throwaway device of the same GPU: None if it took
+    it, else the error. Never on the load's own device: NVIDIA's driver (580.159) refused a
+    read-only file mapping with VK_ERROR_OUT_OF_DEVICE_MEMORY, and that VkDevice then failed
+    every later allocation, 15 KB ones too (a second VkDevice was unaffected)."""
+    try:
+        with Device(device.prefer, validation=device.validation) as probe:
+            ImportedBuffer(probe, pages, PAGE, name="file import probe").destroy()
+    except (VulkanError, ValueError) as exc:
+        if _fatal(exc):
+            raise
+        return exc
+    return None
+
+
+def _remembered_imports(device: Device) -> tuple[Path, dict, str]:
+    path = user_cache_dir() / "file-imports.json"
+    try:
+        known = json.loads(path.read_text())
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    return path, known, json.dumps(device_identity(device), sort_keys=True)
+
+
+def _fatal(exc: Exception) -> bool:
+    """A failed import that is not the driver refusing file-backed pages, and fails the load: the
+    device budget, a lost device, a timeout. (NVIDIA's driver refuses such pages with
+    VK_ERROR_OUT_OF_DEVICE_MEMORY: from the driver, that answer to an import is a refusal, and
+    the copy that follows needs memory of its own.)"""
+    return isinstance(exc, (DeviceLostError, FenceTimeoutError)) or getattr(exc, "budget", False)
 
 
 def device_identity(device: Device) -> dict:
@@ -163,9 +192,9 @@ class PackedWeightCache:
             try:
                 g.memory.adopt(dst, self._import(padded, dst.nbytes, dst.name))
                 return "zero-copy"
-            except _FATAL:
-                raise
             except (VulkanError, ValueError) as exc:
+                if _fatal(exc):
+                    raise
                 self._refused(exc)
         g.memory.upload(dst, np.frombuffer(self.file.region(entry), np.uint8))
         return "copy"
@@ -176,24 +205,31 @@ class PackedWeightCache:
     def _imports_file_pages(self) -> bool:
         """Whether the device takes this file's pages as device memory: it needs
         VK_EXT_external_memory_host, and drivers may still refuse file-backed pages (Mesa and
-        IREE probe for it), so the first load on a device imports one page to find out."""
+        IREE probe for it), so one page is imported once per device and driver to find out."""
         dev = self.graph.device
         align = dev.physical.min_imported_host_pointer_alignment
         if not (dev.has_external_memory_host and align and PAGE % align == 0):
             return False
         if dev not in FILE_IMPORTS:
-            try:
-                self._import(memoryview(self.file.mapping)[:PAGE], PAGE, "file import probe").destroy()
-                FILE_IMPORTS[dev] = True
-            except _FATAL:
-                raise
-            except (VulkanError, ValueError) as exc:
-                self._refused(exc)
+            path, known, ident = _remembered_imports(dev)
+            if isinstance(known.get(ident), bool):
+                FILE_IMPORTS[dev] = known[ident]
+            else:
+                refused = _probe_file_imports(dev, memoryview(self.file.mapping)[:PAGE])
+                if refused is None:
+                    FILE_IMPORTS[dev] = True
+                else:
+                    self._refused(refused)  # says so, once
+                known[ident] = FILE_IMPORTS[dev]
+                try:
+                    atomic_write(path, json.dumps(known).encode())
+                except OSError:
+                    pass  # probed again by the next process
         return FILE_IMPORTS[dev]
 
     def _refused(self, exc: Exception) -> None:
-        """An import failed for another reason than memory or a lost device: this device does not
-        take file-backed pages (said once), and hits are copied."""
+        """An import failed for another reason than the budget or a lost device: this device does
+        not take file-backed pages (said once), and hits are copied."""
         dev = self.graph.device
         if FILE_IMPORTS.get(dev) is not False:
             warnings.warn(f"{dev.name} refuses to import file-backed pages as device memory ({exc}): the "

@@ -70,6 +70,7 @@ class Device(VkObject):
         #: OutOfDeviceMemoryError before Vulkan is called, as a device this small would (0: no budget).
         self.max_memory_nbytes = int(max_memory_nbytes)
         prefer = prefer if prefer is not None else (os.environ.get(ENV_DEVICE) or None)
+        self.prefer = prefer  # how it was chosen (another Device(device.prefer) opens the same one)
         validation = _env_flag(ENV_VALIDATION) if validation is None else validation
         icd = prefer if prefer and is_icd_path(prefer) else None
         self.instance = Instance(validation, sync_validation=_env_flag(ENV_SYNC_VALIDATION), icd=icd)
@@ -213,11 +214,13 @@ class Device(VkObject):
         """Refuse an allocation of ``nbytes`` that would exceed :attr:`max_memory_nbytes`."""
         budget = self.max_memory_nbytes
         if budget and self.allocated_nbytes + nbytes > budget:
-            raise OutOfDeviceMemoryError(
+            exc = OutOfDeviceMemoryError(
                 "vkAllocateMemory", "VK_ERROR_OUT_OF_DEVICE_MEMORY",
                 f"{what} does not fit: {self.allocated_nbytes} bytes are allocated, the budget "
                 f"(device.max_memory_nbytes) is {budget}, the allocation needs {nbytes}",
             )
+            exc.budget = True
+            raise exc
 
     def account_memory(self, nbytes: int) -> None:
         """Count an allocation (negative: a free) in :attr:`allocated_nbytes` and its peak."""
