@@ -3,9 +3,9 @@
 Keys are ``group.key``. ``configs/default.toml`` documents every key and is the one place their
 defaults are written; this module reads it at import. A numeric key left at 0 means "the
 default", as in ET-VK: ``GraphConfig()`` holds 0 there and ``resolved`` gives the values in force.
-The other keys (booleans, strings) take the file's value directly. Precedence, highest first: explicit ``overrides`` > environment
-(``VKGRAPH_<GROUP>_<KEY>``, plus ``VKGRAPH_DEVICE`` and ``VKGRAPH_VALIDATION``) > config file >
-defaults.
+The other keys (booleans, strings) take the file's value directly. Precedence, highest first:
+explicit ``overrides`` > environment (``VKGRAPH_<GROUP>_<KEY>``, plus ``VKGRAPH_DEVICE`` and
+``VKGRAPH_VALIDATION``) > config file > defaults.
 
 Sizes (``*_nbytes``) are non-negative integers or strings with a unit: ``"10 MiB"``,
 ``"512KiB"``, ``"1.5 GiB"`` (binary) or ``"10 MB"`` (decimal).
