@@ -33,7 +33,7 @@ def main() -> None:
     total = runs["staged"][0]["total_constant_nbytes"]
     print(f"{args.model}: {total / 2**20:.1f} MiB of constants, median of {args.repeat} fresh processes per mode\n")
     print("| mode | load_s | vs legacy | vs staged | cpu_encode_s | fence_wait_s | gpu_s | submits | packing dispatches | "
-          "peak staging | peak RSS delta | RssAnon delta | zero-copy | output_ok |")
+          "peak staging in flight | peak RSS delta | RssAnon delta | zero-copy | output_ok |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m in modes:
         d = med[m]

@@ -45,8 +45,8 @@ def main() -> None:
     cfg = load_config(DEFAULT_CONFIG)
     sim = simulate(model_nodes(args.model), cfg, load_profile(args.profile), "legacy")
     print(f"simulated legacy load of {args.model}: encode {sim.cpu_encode_s:.3f} s, GPU {sim.gpu_s:.3f} s, "
-          f"load {sim.load_s:.3f} s; staging {sim.peak_staging_nbytes / 2**20:.1f} MiB")
-    data = np.random.default_rng(0).integers(0, 255, sim.peak_staging_nbytes, dtype=np.uint8)
+          f"load {sim.load_s:.3f} s; staging {sim.staging_allocated_nbytes / 2**20:.1f} MiB")
+    data = np.random.default_rng(0).integers(0, 255, sim.staging_allocated_nbytes, dtype=np.uint8)
     print("| round | probe 1 GB/s | probe 2 GB/s | encode s | GPU s | load s |")
     print("|---|---|---|---|---|---|")
     for r in range(args.rounds):

@@ -1,5 +1,6 @@
 """The simulator and run_prepack() agree exactly on what is decided, not measured: submits,
-bytes per submit and peak staging."""
+bytes per submit and staging allocated; and on the measured high-water mark of staging in flight
+wherever the plan decides it (one batch in flight at a time)."""
 
 import dataclasses
 
@@ -27,7 +28,13 @@ def test_plan_and_peak_staging_match_the_device(device, compiler, tmp_path, mode
     sim = simulate(model_nodes("synthetic:8"), cfg, profile, mode)
     assert sim.submits == report.submits
     assert [b.staging_nbytes for b in sim.batches] == report.bytes_per_submit
-    assert sim.peak_staging_nbytes == report.peak_staging_nbytes
+    assert sim.staging_allocated_nbytes == report.staging_allocated_nbytes
+    regions = [-(-n // g.staging_alignment) * g.staging_alignment for n in report.bytes_per_submit if n]
+    if mode == "staged" and ring > max(regions):  # how many batches overlap depends on the speeds
+        for peak in (sim.peak_staging_nbytes, report.peak_staging_nbytes):
+            assert max(regions) <= peak <= ring
+    else:  # legacy: one batch; reduce-peak waits for each; batches larger than the ring take turns
+        assert sim.peak_staging_nbytes == report.peak_staging_nbytes == max(regions)
     assert sim.packing_dispatches == report.packing_dispatches
 
 
@@ -63,5 +70,7 @@ def test_validate_compares_settled_loads(device, tmp_path, monkeypatch):
     assert [r["mode"] for r in rows] == list(VALIDATE_MODES)
     for r in rows:
         assert r["measured_min_s"] <= r["measured_load_s"] <= r["measured_max_s"] and r["second_load_s"] > 0
-        assert r["measured_peak_staging"] == r["simulated_peak_staging"] and r["staging_error"] == 0
+        assert r["staging_error"] == pytest.approx(r["simulated_peak_staging"] / r["measured_peak_staging"] - 1)
+        if r["mode"] != "staged":  # one batch in flight at a time: decided by the plan
+            assert r["staging_error"] == 0
         assert r["load_error"] == pytest.approx(r["simulated_load_s"] / r["measured_load_s"] - 1)

@@ -65,12 +65,31 @@ def test_staging_writes_at_aligned_offsets_inside_the_region(ring):
 def test_batches_larger_than_the_ring_take_turns_with_their_own_buffers(ring):
     log = []
     first = ring.reserve(3000)
-    assert first.buffer is not ring.buffer and ring.peak_nbytes == 1024 + first.buffer.nbytes
+    assert first.buffer is not ring.buffer and ring.allocated_peak_nbytes == 1024 + first.buffer.nbytes
     submit(ring, first, FakeFence(log, "first"))
     second = ring.reserve(2000)  # waits for the first oversized batch and frees its buffer first
     assert log == ["first"] and not first.buffer.alive
-    assert ring.peak_nbytes == 1024 + 3008  # never both at once
+    assert ring.allocated_peak_nbytes == 1024 + first.buffer.nbytes  # never both at once
+    assert ring.in_flight_peak_nbytes == 3008  # one oversized region in flight at a time
     submit(ring, second, FakeFence(log, "second"))
+
+
+def test_in_flight_is_the_high_water_mark_of_unfinished_regions(ring):
+    """Bytes in flight: regions whose batch is unsubmitted or whose fence has not signalled when
+    the next region is reserved; not the ring's size."""
+    fences = []
+    for nbytes in (200, 300):
+        fences.append(submit(ring, ring.reserve(nbytes), FakeFence()))
+    assert ring.in_flight_peak_nbytes == 208 + 304 == ring.in_flight_nbytes()
+    fences[0].signaled = True
+    assert ring.in_flight_nbytes() == 304
+    submit(ring, ring.reserve(100), FakeFence())  # 304 + 112: below the high-water mark
+    assert ring.in_flight_peak_nbytes == 512
+    fences[1].signaled = True
+    submit(ring, ring.reserve(400), FakeFence())  # 112 + 400
+    assert ring.in_flight_peak_nbytes == 512 and ring.in_flight_nbytes() == 512
+    submit(ring, ring.reserve(16), FakeFence())
+    assert ring.in_flight_peak_nbytes == 528 and ring.allocated_peak_nbytes == 1024
 
 
 def test_regions_never_submitted_are_never_reused(ring):

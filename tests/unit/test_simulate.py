@@ -4,7 +4,6 @@ import pytest
 
 from vkgraph.config import GraphConfig
 from vkgraph.errors import ConfigError
-from vkgraph.graph.scheduler import PrepackThresholds, batches, prepack_cut_points
 from vkgraph.tools.simulate import SimNode, load_profile, model_nodes, simulate
 
 KiB = 1024
@@ -15,18 +14,27 @@ def nodes_of(sizes, packer="linear_4x4"):
     return [SimNode(f"n{i}", packer, s, s) for i, s in enumerate(sizes)]
 
 
-@pytest.mark.parametrize("cfg", [
-    GraphConfig(),
-    GraphConfig().replace(prepack__threshold_nbytes=8 * KiB, prepack__initial_threshold_nbytes=2 * KiB),
-    GraphConfig().replace(prepack__threshold_nodes=3, prepack__initial_threshold_nodes=1),
+SIZES = [100, 5000, 7000, 300, 12000, 1, 1, 9000, 4000, 64, 20000, 2]
+
+
+@pytest.mark.parametrize("cfg,expected", [
+    # 10 MiB and 64 nodes: nothing to cut
+    (GraphConfig(), [range(12)]),
+    # 2 KiB until the first cut, 8 KiB after: cut before node i when the bytes already in the
+    # command buffer exceed the threshold (never before the last node), worked out by hand:
+    # 5100 > 2048 before node 2; 19300 > 8192 before 5; 9002 before 8; the last batch keeps node 11
+    (GraphConfig().replace(prepack__threshold_nbytes=8 * KiB, prepack__initial_threshold_nbytes=2 * KiB),
+     [range(0, 2), range(2, 5), range(5, 8), range(8, 12)]),
+    # nodes: more than 1 before the first cut, more than 3 after
+    (GraphConfig().replace(prepack__threshold_nodes=3, prepack__initial_threshold_nodes=1),
+     [range(0, 2), range(2, 6), range(6, 10), range(10, 12)]),
 ])
-def test_cut_points_are_the_schedulers(cfg):
-    sizes = [int(s) for s in (100, 5000, 7000, 300, 12000, 1, 1, 9000, 4000, 64, 20000, 2)]
-    sim = simulate(nodes_of(sizes), cfg, PROFILE, "staged")
-    plan = batches(len(sizes), prepack_cut_points(sizes, PrepackThresholds.from_config(cfg)))
-    assert sim.submits == len(plan)
-    assert [b.staging_nbytes for b in sim.batches] == [sum(sizes[i] for i in r) for r in plan]
-    assert [b.nodes for b in sim.batches] == [len(r) for r in plan]
+def test_batches_follow_the_threshold_rule(cfg, expected):
+    """The simulated batches against the rule worked out by hand (the device's batches are
+    compared in tests/gpu/test_simulate_vs_device.py)."""
+    sim = simulate(nodes_of(SIZES), cfg, PROFILE, "staged")
+    assert [b.nodes for b in sim.batches] == [len(r) for r in expected]
+    assert [b.staging_nbytes for b in sim.batches] == [sum(SIZES[i] for i in r) for r in expected]
 
 
 def test_modes_and_memory():
@@ -51,7 +59,7 @@ def test_batches_larger_than_the_ring_take_turns():
                                 prepack__staging_ring_nbytes=32 * KiB)
     sim = simulate(nodes_of([48 * KiB] * 6), cfg, PROFILE, "staged")
     assert sim.submits == 3 and all(b.staging_nbytes == 96 * KiB for b in sim.batches)
-    assert sim.peak_staging_nbytes == 32 * KiB + 96 * KiB
+    assert sim.staging_allocated_nbytes == 32 * KiB + 96 * KiB and sim.peak_staging_nbytes == 96 * KiB
     for prev, b in zip(sim.batches, sim.batches[1:]):
         assert b.cpu_start_s >= prev.gpu_end_s + PROFILE.fence_latency_s
 

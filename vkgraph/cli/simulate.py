@@ -38,7 +38,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"simulated ({args.profile}) vs measured ({args.repeat} fresh processes, interleaved; "
           f"{args.loads} loads each):\n")
     print("| model | mode | measured load_s, settled loads (3rd on): median (min..max) | simulated | error "
-          "| 1st load of a process: median (min..max) | 2nd load: median | peak staging measured / simulated | error |")
+          "| 1st load of a process: median (min..max) | 2nd load: median | peak staging in flight measured / simulated | error |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['mode']} | {r['measured_load_s']:.3f} ({r['measured_min_s']:.3f}.."
@@ -77,7 +77,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     for k, v in (("load time", f"{sim.load_s:.3f} s"), ("CPU encode", f"{sim.cpu_encode_s:.3f} s"),
                  ("fence wait", f"{sim.fence_wait_s:.3f} s"), ("GPU time", f"{sim.gpu_s:.3f} s"),
                  ("submits", sim.submits), ("constant bytes", mib(sim.total_constant_nbytes)),
-                 ("peak staging", mib(sim.peak_staging_nbytes)), ("peak device memory", mib(sim.peak_device_nbytes)),
+                 ("peak staging in flight", mib(sim.peak_staging_nbytes)),
+                 ("staging allocated", mib(sim.staging_allocated_nbytes)), ("peak device memory", mib(sim.peak_device_nbytes)),
                  ("packing dispatches", sim.packing_dispatches)):
         print(f"  {k:<20} {v}")
     print("  batch  nodes  staged      cpu start..end     gpu start..end")

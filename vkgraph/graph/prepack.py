@@ -150,7 +150,8 @@ class PrepackRun:
         dev = self.graph.device
         r.peak_device_nbytes = dev.peak_allocated_nbytes - self.device_base
         if self.ring:
-            r.peak_staging_nbytes = self.ring.peak_nbytes
+            r.peak_staging_nbytes = self.ring.in_flight_peak_nbytes
+            r.staging_allocated_nbytes = self.ring.allocated_peak_nbytes
             r.waits.extend((w0 - self.t0, w1 - self.t0) for w0, w1 in self.ring.waits)
         r.waits.sort()
         r.fence_wait_s = sum(w1 - w0 for w0, w1 in r.waits)

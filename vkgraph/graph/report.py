@@ -41,7 +41,8 @@ class LoadReport:
     load_s: float = 0.0
     cpu_encode_s: float = 0.0
     fence_wait_s: float = 0.0
-    peak_staging_nbytes: int = 0
+    peak_staging_nbytes: int = 0  # high-water mark of staging bytes in flight (measured)
+    staging_allocated_nbytes: int = 0  # most staging memory allocated at once (ring + oversized batches)
     peak_device_nbytes: int = 0
     packing_dispatches: int = 0
     direct_writes: int = 0  # identity weights written straight into host-visible device memory
@@ -106,7 +107,8 @@ class LoadReport:
             ("GPU time", f"{self.gpu_s:.3f} s"),
             ("submits", str(self.submits)),
             ("bytes per submit", f"min {mib(min(per))}, max {mib(max(per))}" if per else "-"),
-            ("peak staging", mib(self.peak_staging_nbytes)),
+            ("peak staging in flight", mib(self.peak_staging_nbytes)),
+            ("staging allocated", mib(self.staging_allocated_nbytes)),
             ("peak device memory", mib(self.peak_device_nbytes)),
             ("packing dispatches", str(self.packing_dispatches)),
             ("direct writes", str(self.direct_writes)),

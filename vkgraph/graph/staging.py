@@ -4,8 +4,14 @@ Each command buffer (batch) reserves one contiguous region for the bytes its nod
 region is reused only after the fence of the batch that read it has signalled; the CPU waits
 (on the oldest batch first) only when a new reservation would overlap a live region, i.e. when
 the ring is full. A batch larger than the whole ring gets a buffer of its own, freed when its
-fence signals; before allocating one, the CPU waits for the previous such batch, so that peak
-staging stays within the ring plus the largest oversized batch.
+fence signals; before allocating one, the CPU waits for the previous such batch, so that the
+staging allocated stays within the ring plus the largest oversized batch.
+
+Two peaks are kept: ``allocated_peak_nbytes`` (ring plus oversized buffers, what the device holds)
+and ``in_flight_peak_nbytes``, the high-water mark of bytes in flight: regions whose batch is not
+known to be finished (not submitted, or its fence unsignalled when polled). Bytes in flight only
+grow when a region is reserved, so sampling there, after the wait, gives the exact high-water mark
+as the CPU sees it.
 """
 
 from __future__ import annotations
@@ -56,9 +62,10 @@ class StagingRing:
         self.buffer = Buffer(device, self.capacity, MemoryKind.UPLOAD, STAGING_USAGE, name="staging ring")
         self._head = 0
         self._live: deque[tuple[int, int, Fence | None]] = deque()  # (start, end, fence)
-        self._own: list[tuple[Buffer, Fence | None]] = []  # oversized batches' buffers
+        self._own: list[tuple[Buffer, Fence | None, int]] = []  # oversized batches' buffers, region bytes
         self.live_nbytes = self.capacity
-        self.peak_nbytes = self.capacity
+        self.allocated_peak_nbytes = self.capacity
+        self.in_flight_peak_nbytes = 0
         self.waits: list[tuple[float, float]] = []  # perf_counter spans the CPU blocked
 
     def reserve(self, nbytes: int) -> StagingRegion:
@@ -68,9 +75,10 @@ class StagingRing:
         if nbytes > self.capacity:
             self._retire_own()
             buf = Buffer(self.device, nbytes, MemoryKind.UPLOAD, STAGING_USAGE, name="staging (oversized batch)")
-            self._own.append((buf, None))
+            self._own.append((buf, None, nbytes))
             self.live_nbytes += buf.nbytes
-            self.peak_nbytes = max(self.peak_nbytes, self.live_nbytes)
+            self.allocated_peak_nbytes = max(self.allocated_peak_nbytes, self.live_nbytes)
+            self._sample_in_flight()
             return StagingRegion(buf, 0, nbytes)
         while True:
             start = self._head if self._head + nbytes <= self.capacity else 0
@@ -80,12 +88,22 @@ class StagingRing:
             self._retire_oldest()
         self._live.append((start, end, None))
         self._head = end
+        self._sample_in_flight()
         return StagingRegion(self.buffer, start, nbytes)
+
+    def in_flight_nbytes(self) -> int:
+        """Staging bytes whose batch is not known to be finished, polling the fences now."""
+        busy = lambda f: f is None or not f.is_signaled()  # noqa: E731
+        return (sum(e - s for s, e, f in self._live if busy(f))
+                + sum(n for _, f, n in self._own if busy(f)))
+
+    def _sample_in_flight(self) -> None:
+        self.in_flight_peak_nbytes = max(self.in_flight_peak_nbytes, self.in_flight_nbytes())
 
     def attach(self, region: StagingRegion, fence: Fence) -> None:
         """The batch that uses ``region`` was submitted with ``fence``."""
         if region.buffer is not self.buffer:
-            self._own = [(b, fence if b is region.buffer else f) for b, f in self._own]
+            self._own = [(b, fence if b is region.buffer else f, n) for b, f, n in self._own]
             return
         for i, (s, e, f) in enumerate(self._live):
             if s == region.offset and f is None:
@@ -107,7 +125,7 @@ class StagingRing:
 
     def _retire_own(self) -> None:
         """Wait for every oversized batch's buffer and free it."""
-        for buf, fence in self._own:
+        for buf, fence, _ in self._own:
             if fence is None:
                 raise AssertionError("an oversized staging buffer was never submitted")
             self._wait(fence)
@@ -117,23 +135,23 @@ class StagingRing:
 
     def _collect_own(self) -> None:
         keep = []
-        for buf, fence in self._own:
+        for buf, fence, n in self._own:
             if fence is not None and fence.is_signaled():
                 self.live_nbytes -= buf.nbytes
                 buf.destroy()
             else:
-                keep.append((buf, fence))
+                keep.append((buf, fence, n))
         self._own = keep
 
     def destroy(self, wait: bool = True) -> None:
         """Free the staging (``wait=False``: the caller already waited for the device)."""
-        for _buf, fence in self._own if wait else ():
+        for _buf, fence, _ in self._own if wait else ():
             if fence is not None:
                 self._wait(fence)
         for _s, _e, fence in self._live if wait else ():
             if fence is not None:
                 self._wait(fence)
-        for buf, _ in self._own:
+        for buf, _, _ in self._own:
             buf.destroy()
         self._own.clear()
         self._live.clear()

@@ -149,7 +149,7 @@ def bench_json(r: LoadResult, mode: str = "") -> dict[str, Any]:
         "model": r.model, "mode": mode or rep.mode, "total_constant_nbytes": rep.total_constant_nbytes,
         "load_s": rep.load_s, "cpu_encode_s": rep.cpu_encode_s, "fence_wait_s": rep.fence_wait_s,
         "gpu_s": rep.gpu_s, "submits": rep.submits, "peak_staging_nbytes": rep.peak_staging_nbytes,
-        "peak_device_nbytes": rep.peak_device_nbytes,
+        "staging_allocated_nbytes": rep.staging_allocated_nbytes, "peak_device_nbytes": rep.peak_device_nbytes,
         "peak_rss_delta_nbytes": r.peak_rss_delta_nbytes, "packing_dispatches": rep.packing_dispatches,
         "overlap": rep.overlap, "output_ok": r.output_ok, "rss_anon_delta_nbytes": r.rss_anon_delta_nbytes,
         "cache_hits": rep.cache_hits, "cache_misses": rep.cache_misses, "zero_copy_tensors": rep.zero_copy_tensors,

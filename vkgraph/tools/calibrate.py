@@ -259,7 +259,8 @@ VALIDATE_MODES = ("legacy", "staged", "reduce-peak")
 
 def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repeat: int = 1,
              config: str | None = None, progress=None, loads: int = 4) -> list[dict[str, Any]]:
-    """Simulated vs measured load time and peak staging. Each cell is measured in ``repeat``
+    """Simulated vs measured load time and peak staging in flight (the median high-water mark of the
+    settled loads). Each cell is measured in ``repeat``
     fresh processes, interleaved round by round so that drift of the machine hits every cell
     alike; each process loads ``loads`` times. The first :data:`~vkgraph.bench.SETTLING_LOADS` loads of a process
     pay page faults on memory the process does not hold yet, which on a VM can cost several times
@@ -295,7 +296,7 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
             times = [x["load_s"] for x in settled[(model, mode)]]
             first = [x["load_s"] for x in fresh[(model, mode)]]
             m_load = statistics.median(times)
-            m_staging = settled[(model, mode)][0]["peak_staging_nbytes"]
+            m_staging = int(statistics.median(x["peak_staging_nbytes"] for x in settled[(model, mode)]))
             sim = simulate(nodes, config_for(mode, config), profile, mode)
             rows.append({"model": model, "mode": mode, "measured_load_s": m_load, "measured_min_s": min(times),
                          "measured_max_s": max(times), "fresh_load_s": statistics.median(first),

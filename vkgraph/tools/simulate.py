@@ -142,10 +142,12 @@ class RingModel:
         self.live: deque[tuple[int, int, int]] = deque()  # (start, end, batch)
         self.own_peak = 0
         self.own_batch: int | None = None  # the last batch larger than the ring (own buffer)
+        self.region_nbytes: dict[int, int] = {}  # batch -> bytes of its region or own buffer
 
     def reserve(self, nbytes: int, batch: int) -> list[int]:
         """Batches to wait for before the region is free; records the region."""
         nbytes = align_up(max(nbytes, 1), self.alignment)
+        self.region_nbytes[batch] = nbytes
         if nbytes > self.capacity:  # its own buffer, once the previous oversized batch's is freed
             self.own_peak = max(self.own_peak, nbytes)
             waits = [] if self.own_batch is None else [self.own_batch]
@@ -182,7 +184,8 @@ class Simulation:
     fence_wait_s: float
     gpu_s: float
     submits: int
-    peak_staging_nbytes: int
+    peak_staging_nbytes: int  # high-water mark of staging bytes in flight (as StagingRing measures it)
+    staging_allocated_nbytes: int  # ring plus the largest oversized batch
     peak_device_nbytes: int
     total_constant_nbytes: int
     packing_dispatches: int
@@ -238,9 +241,17 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
                          [sum(sizes[i] for i in r) for r in plan], profile, prepack.waits_each_batch)
     end = max([out[-1].cpu_end_s, out[-1].gpu_end_s + profile.fence_latency_s]) if out else 0.0
     encode = sum(b.cpu_end_s - b.cpu_start_s for b in out)
-    peak_staging = ring.capacity + ring.own_peak if ring else 0
+    allocated = ring.capacity + ring.own_peak if ring else 0
+    in_flight = _in_flight_peak(ring.region_nbytes, out) if ring else 0
     return Simulation(mode, end, encode, end - encode, sum(x.gpu_end_s - x.gpu_start_s for x in out), len(plan),
-                      peak_staging, sum(n.packed_nbytes for n in nodes) + peak_staging, total, dispatches, out)
+                      in_flight, allocated, sum(n.packed_nbytes for n in nodes) + allocated, total, dispatches, out)
+
+
+def _in_flight_peak(region_nbytes: dict[int, int], out: list[BatchTimeline]) -> int:
+    """Most staging bytes in flight: when batch ``b`` reserves its region (as it starts), the
+    regions of earlier batches the GPU has not finished, plus its own."""
+    return max((sum(n for k, n in region_nbytes.items() if k == b or (k < b and out[k].gpu_end_s > out[b].cpu_start_s))
+                for b in region_nbytes), default=0)
 
 
 def _run_timelines(cpu_work: list[float], gpu_work: list[float], waits: list[list[int]], nodes: list[int],
