@@ -1,13 +1,13 @@
+import itertools
 import json
 
 import pytest
 
 from vkgraph import cli
 from vkgraph.config import load_config
-import itertools
-
-from vkgraph.tools.tune import (DEFAULT, Confirmation, Point, beats, best_within, dominates, faster_beyond_noise, pareto,
-                          pooled, rank_p_value)
+from vkgraph.tools.bench import load_model
+from vkgraph.tools.tune import (DEFAULT, Confirmation, Point, beats, best_within, config_text, dominates,
+                                faster_beyond_noise, pareto, pooled, rank_p_value)
 
 
 def test_pareto_and_budget():
@@ -83,15 +83,20 @@ def test_tune_tiny_model_writes_a_valid_config(device, tmp_path, monkeypatch, ca
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     conf = result["confirmation"]
     assert conf[-1]["threshold_nbytes"] == DEFAULT["threshold_nbytes"] and all(c["runs"] == 2 for c in conf)
-    assert result["chosen_is_default"] == (result["chosen"]["load_s"] == conf[-1]["load_s"])
     cfg = load_config(out, env={})
     assert cfg.prepack.threshold_nbytes == best["threshold_nbytes"]
     assert cfg.prepack.reduce_peak_memory == best["reduce_peak_memory"]
     assert "Tuned by `vkgraph tune --model synthetic:4`" in out.read_text()
     assert result["pareto"] and result["default"] is not None
-    assert all(p["first_load_s"] > 0 for p in result["points"])
+    assert all(p["first_load_s"] > 0 and p["min_s"] <= p["load_s"] <= p["max_s"] for p in result["points"])
     # the confirmed configs' runs are pooled with the sweep's: 1 + 2
     confirmed = [{k: c[k] for k in DEFAULT} for c in conf]
     assert all(p["runs"] == (3 if {k: p[k] for k in DEFAULT} in confirmed else 1) for p in result["points"])
-    assert result["default_on_front"] == (result["default"] in result["pareto"])
-    assert result["default_on_front"] == (not result["default_beaten_by"])
+    # each point's peak device memory is what a load with its config measures here, in this process
+    for p in result["points"]:
+        prepack = {k: p[k] for k in DEFAULT}
+        path = tmp_path / "point.toml"
+        path.write_text(config_text(prepack))
+        mode = "reduce-peak" if prepack["reduce_peak_memory"] else "staged"
+        report = load_model("synthetic:4", mode, str(path), verify=False).report
+        assert report.peak_device_nbytes == p["peak_nbytes"], prepack
