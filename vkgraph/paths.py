@@ -4,6 +4,7 @@ cache directory, and atomic file writes."""
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,16 @@ GLSL_DIR = _data_dir("glsl")  # one shader per kernel, and shared headers
 CONFIG_DIR = _data_dir("configs")  # default.toml (every key and its default) and starting points
 PROFILE_DIR = _data_dir("profiles")  # simulator profiles
 DEFAULT_CONFIG = CONFIG_DIR / "default.toml"
+
+
+#: Vulkan ICDs vkgraph installs itself (``make install``: SwiftShader in the virtual environment),
+#: by renderer name. The loader sees them next to the system's ICDs.
+BUNDLED_ICDS = {"swiftshader": Path(sys.prefix) / "swiftshader" / "vk_swiftshader_icd.json"}
+
+
+def bundled_icds() -> dict[str, Path]:
+    """The bundled ICDs that are installed, by renderer name."""
+    return {name: path for name, path in BUNDLED_ICDS.items() if path.is_file()}
 
 
 def user_cache_dir() -> Path:

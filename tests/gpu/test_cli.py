@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -17,11 +18,12 @@ def test_bench_load_json(device, cache_dir, capsys, mode):
     assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", mode, "--json",
                      "--config", str(CONFIG_DIR / "low-memory.toml")]) == 0
     out = json.loads(capsys.readouterr().out)
-    keys = ["model", "mode", "total_constant_nbytes", "load_s", "cpu_encode_s", "fence_wait_s", "gpu_s", "submits",
+    keys = ["model", "device", "mode", "total_constant_nbytes", "load_s", "cpu_encode_s", "fence_wait_s", "gpu_s", "submits",
             "peak_staging_nbytes", "staging_allocated_nbytes", "peak_device_nbytes", "peak_rss_delta_nbytes", "packing_dispatches", "overlap", "output_ok",
             "rss_anon_delta_nbytes", "cache_hits", "cache_misses", "zero_copy_tensors", "cache_save_s"]
     assert list(out) == keys
     assert out["mode"] == mode and out["output_ok"] is True and out["model"] == "synthetic:4"
+    assert out["device"] == device.name
     assert out["submits"] == 1 if mode == "legacy" else out["submits"] > 1
     assert out["peak_device_nbytes"] >= out["total_constant_nbytes"] + out["staging_allocated_nbytes"] > 0
     assert 0 < out["peak_staging_nbytes"] <= out["staging_allocated_nbytes"]
@@ -87,3 +89,16 @@ def test_bench_load_plot(device, cache_dir, tmp_path, capsys):
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert cli.main(["simulate", "--model", "synthetic:4", "--plot", str(tmp_path / "sim.png")]) == 0
     assert (tmp_path / "sim.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_device_option_picks_the_device_for_the_command_only(device, cache_dir, capsys, monkeypatch):
+    monkeypatch.delenv("VKGRAPH_DEVICE", raising=False)
+    renderer = device.physical.renderer
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--json", "--device", renderer]) == 0
+    assert json.loads(capsys.readouterr().out)["device"] == device.name
+    assert "VKGRAPH_DEVICE" not in os.environ  # restored after the command
+    assert cli.main(["info", "--json", "--device", renderer]) == 0
+    selected = [d for d in json.loads(capsys.readouterr().out)["devices"] if d["selected"]]
+    assert [d["name"] for d in selected] == [device.name]
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--device", "no-such-gpu"]) == 1
+    assert "no Vulkan device matches 'no-such-gpu'; available: " in capsys.readouterr().err

@@ -6,6 +6,7 @@ import pytest
 
 from vkgraph import cli
 from vkgraph.errors import DeviceNotFoundError
+from vkgraph.paths import bundled_icds
 from vkgraph.runtime import Buffer, CommandPool, Device, Fence, live_objects
 
 
@@ -39,10 +40,11 @@ def _icd_of(device):
     files = os.environ.get("VK_DRIVER_FILES") or os.environ.get("VK_ICD_FILENAMES")
     if files:
         return files.split(os.pathsep)[0]
-    if "llvmpipe" in device.name:
+    if device.physical.renderer == "lavapipe":
         found = glob.glob("/usr/share/vulkan/icd.d/lvp_icd*.json")
         return found[0] if found else None
-    return None
+    icd = bundled_icds().get(device.physical.renderer)
+    return str(icd) if icd else None
 
 
 def test_select_by_icd_json(device):

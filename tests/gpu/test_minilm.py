@@ -38,6 +38,7 @@ def test_run_json(device, minilm_dir, capsys):
     assert emb.shape == (2, 384)
     assert out["cosine"][0][1] == pytest.approx(float(emb[0] @ emb[1]), abs=1e-6)
     assert out["load"]["submits"] >= 1 and out["load"]["mode"] == "staged"
+    assert out["device"] == out["load"]["device"] == device.name
 
 
 def test_missing_model_dir(tmp_path):

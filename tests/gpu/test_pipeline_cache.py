@@ -49,3 +49,16 @@ def test_unusable_file_is_ignored_with_a_warning(device, tmp_path, damage):
         cache = PipelineCache.load(device, path)
     with cache:
         assert cache.data()[:32] == good[:32]  # empty cache, this device's header
+
+
+def test_repeated_save_and_load_keeps_the_file_size(device, compiler, tmp_path):
+    """Each process loads the file, compiles and saves: the file must not grow (SwiftShader keeps
+    no pipelines and returns a header followed by whatever it was seeded with)."""
+    path = tmp_path / "pipelines.bin"
+    x = np.random.default_rng(1).standard_normal(64, dtype=np.float32)
+    sizes = []
+    for _ in range(3):
+        with PipelineCache.load(device, path) as cache:
+            axpby(device, x, x.copy(), 1.0, compiler=compiler, pipeline_cache=cache)
+            sizes.append(cache.save(path))
+    assert sizes[1] == sizes[2] and sizes[0] == sizes[1], sizes

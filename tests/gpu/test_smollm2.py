@@ -26,7 +26,8 @@ def test_run_json_plain_prompt(device, smollm2_path, smollm2_golden, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["tokens"] == case["greedy"][:6]
     assert len(out["first_logits"]) == 49152 and out["tokens_per_s"] > 0
-    assert out["load"]["submits"] > 1 and set(out) == {"tokens", "text", "first_logits", "load", "tokens_per_s"}
+    assert out["load"]["submits"] > 1 and set(out) == {"device", "tokens", "text", "first_logits", "load", "tokens_per_s"}
+    assert out["device"] == out["load"]["device"] == device.name
 
 
 def test_context_overflow_is_clear(device, smollm2_path):

@@ -59,19 +59,29 @@ def test_no_host_visible_memory_for_staging():
         select_memory_type(DISCRETE, 0b0001, MemoryKind.UPLOAD)
 
 
-def _devs(*names):
-    return [SimpleNamespace(name=n) for n in names]
+def _devs(*named, bundled=()):
+    inst = SimpleNamespace(bundled_renderers=list(bundled))
+    return [SimpleNamespace(name=n, renderer=r, instance=inst) for n, r in named]
 
 
 def test_select_physical_device():
-    devs = _devs("NVIDIA GeForce RTX 4090", "llvmpipe (LLVM 15.0.6, 256 bits)")
+    devs = _devs(("NVIDIA GeForce RTX 4090", "NVIDIA"), ("llvmpipe (LLVM 15.0.6, 256 bits)", "lavapipe"))
     assert select_physical_device(devs, None) is devs[0]
     assert select_physical_device(devs, "LLVMPIPE") is devs[1]
+    assert select_physical_device(devs, "lavapipe") is devs[1]
     assert select_physical_device(devs, "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json") is devs[0]
-    with pytest.raises(DeviceNotFoundError, match="'swiftshader'.*'NVIDIA GeForce RTX 4090', 'llvmpipe"):
+    with pytest.raises(DeviceNotFoundError, match="'swiftshader'.*'NVIDIA GeForce RTX 4090' \\(NVIDIA\\), 'llvmpipe"):
         select_physical_device(devs, "swiftshader")
     with pytest.raises(DeviceNotFoundError, match="no Vulkan device found"):
         select_physical_device([], None)
+
+
+def test_devices_of_bundled_icds_come_last_unless_asked_for():
+    devs = _devs(("SwiftShader Device (Subzero)", "swiftshader"), ("llvmpipe (LLVM 15.0.6, 256 bits)", "lavapipe"),
+                 bundled=["swiftshader"])
+    assert select_physical_device(devs, None) is devs[1]
+    assert select_physical_device(devs, "swiftshader") is devs[0]
+    assert select_physical_device(devs[:1], None) is devs[0]  # the only device
 
 
 def test_is_icd_path():

@@ -13,11 +13,19 @@ def _mib(n: int) -> str:
 
 
 def _device_infos() -> tuple[str, list[dict[str, Any]]]:
+    """Every device the loader reports (vkgraph's bundled ICDs included), the one commands use
+    (``--device`` / ``$VKGRAPH_DEVICE``, else the default) marked ``selected``."""
+    import os
+
     from ..runtime import Instance, loader_version
+    from ..runtime.device import ENV_DEVICE, is_icd_path, select_physical_device
 
     loader = loader_version()
-    with Instance(validation=False) as inst:
-        return loader, [p.info() for p in inst.physical_devices()]
+    prefer = os.environ.get(ENV_DEVICE) or None
+    with Instance(validation=False, icd=prefer if prefer and is_icd_path(prefer) else None) as inst:
+        devices = inst.physical_devices()
+        chosen = select_physical_device(devices, prefer) if devices else None
+        return loader, [dict(p.info(), selected=p is chosen) for p in devices]
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -28,7 +36,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"Vulkan loader {loader}; {len(devices)} device(s)")
     for i, d in enumerate(devices):
         lim = d["limits"]
-        print(f"\ndevice {i}: {d['name']}  [{d['type']}]")
+        print(f"\ndevice {i}: {d['name']}  [{d['type']}, {d['renderer']}]{'  (selected)' if d['selected'] else ''}")
         print(f"  driver                      {d['driver']}")
         print(f"  api version                 {d['api_version']}")
         print(f"  device-local host-visible   {'yes' if d['host_visible_device_local'] else 'no'}")
@@ -76,7 +84,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     info.set_defaults(fn=cmd_info)
 
     smoke = sub.add_parser("smoke", help="run one compute dispatch and check it against numpy")
-    smoke.add_argument("--device", help="device-name substring or ICD json path (default: $VKGRAPH_DEVICE, first)")
     smoke.add_argument("--validation", action="store_true", help="enable the Khronos validation layer")
     smoke.add_argument("-n", type=int, default=1_000_003, help="number of floats (default 1000003)")
     smoke.add_argument("--seed", type=int, default=0)

@@ -25,8 +25,8 @@ def cmd_run_minilm(args: argparse.Namespace, ref: ModelRef) -> int:
     if args.trace:
         res.report.write_trace(args.trace)
     if args.json:
-        print(json.dumps({"embeddings": res.vectors.tolist(), "cosine": res.cosine().tolist(),
-                          "load": res.report.to_dict()}))
+        print(json.dumps({"device": res.report.device, "embeddings": res.vectors.tolist(),
+                          "cosine": res.cosine().tolist(), "load": res.report.to_dict()}))
         return 0
     print(res.report.format_table())
     print(f"\n{len(texts)} embeddings of {res.vectors.shape[1]} floats; cosine similarities:")
@@ -50,7 +50,7 @@ def cmd_run_llama(args: argparse.Namespace, ref: ModelRef) -> int:
             print(f"\nprompt: {prompt!r}{' (chat template)' if args.chat else ''}\n---")
         gen = s.generate(prompt, args.max_new_tokens, chat=args.chat, on_token=stream)
     if args.json:
-        print(json.dumps({"tokens": gen.tokens, "text": gen.text, "first_logits": gen.first_logits.tolist(),
+        print(json.dumps({"device": s.report.device, "tokens": gen.tokens, "text": gen.text, "first_logits": gen.first_logits.tolist(),
                           "load": s.report.to_dict(), "tokens_per_s": gen.tokens_per_s}))
     else:
         print(f"\n---\n{len(gen.tokens)} tokens after a {gen.prompt_tokens}-token prompt, {gen.tokens_per_s:.1f} tokens/s")
@@ -69,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"loading {args.model} ({mode}, config {args.config or 'configs/default.toml'})")
     r = load_model(args.model, mode, args.config, trace=args.trace, progress=True)
     if args.json:
-        print(json.dumps({"model": r.model, "output_ok": r.output_ok, "load": r.report.to_dict(),
+        print(json.dumps({"model": r.model, "device": r.report.device, "output_ok": r.output_ok, "load": r.report.to_dict(),
                           "peak_rss_delta_nbytes": r.peak_rss_delta_nbytes}, indent=2))
     else:
         print(r.report.format_table())

@@ -101,7 +101,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--plot", help="write a PNG of the predicted timeline and staging memory")
     sim.add_argument("--calibrate", action="store_true", help="measure a profile on this device (see --out)")
     sim.add_argument("--out", help="with --calibrate: write the profile here (e.g. profiles/<device>.toml)")
-    sim.add_argument("--device", help="with --calibrate: device-name substring or ICD json path")
     sim.add_argument("--validate", action="store_true",
                      help="compare the simulator with measured loads (legacy, staged, reduce-peak)")
     sim.add_argument("--models", help="with --validate: comma-separated (default synthetic:256,synthetic:1024,smollm2)")

@@ -61,7 +61,7 @@ class PrepackRun:
         self.device_base = dev.allocated_nbytes
         dev.peak_allocated_nbytes = dev.allocated_nbytes
         self.report = LoadReport(plan.mode, len(graph.prepack_nodes), graph.total_constant_nbytes,
-                                 sum(n.staging_nbytes(graph) for n in nodes))
+                                 sum(n.staging_nbytes(graph) for n in nodes), dev.name)
         self.report.cache_hits = len(hits)
         self.report.cache_misses = cache_keys - len(hits)
         self.record_paths = cache_keys > 0  # name every tensor's path in the report

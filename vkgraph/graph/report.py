@@ -38,6 +38,7 @@ class LoadReport:
     nodes: int
     total_constant_nbytes: int
     total_staged_nbytes: int
+    device: str = ""  # the device's name
     load_s: float = 0.0
     cpu_encode_s: float = 0.0
     fence_wait_s: float = 0.0
@@ -97,6 +98,7 @@ class LoadReport:
         mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
         per = self.bytes_per_submit
         rows = [
+            ("device", self.device),
             ("mode", self.mode),
             ("prepack nodes", str(self.nodes)),
             ("constant bytes", mib(self.total_constant_nbytes)),

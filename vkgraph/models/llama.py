@@ -158,12 +158,13 @@ def build(g: ComputeGraph, f: GGUFFile | PublishedShapes, cfg: LlamaConfig, max_
     step = g.add_input((2,), np.uint32, "step")
     token_embd = g.prepack_tensor(w("token_embd.weight"))  # packed once: embedding and, if tied, output
     keys_visible = g.prepack_tensor(g.add_tensorref(np.ones(max_context, np.float32), "kv_mask"))
+    angles = ops.rope_table(g, max_context, cfg.head_dim, cfg.rope_theta)
     h = ops.embedding(g, ids, token_embd)
     for i in range(cfg.layers):
         p = f"blk.{i}."
         n = ops.rms_norm(g, h, w(p + "attn_norm.weight"), cfg.eps)
-        q = ops.rope(g, ops.linear(g, n, w(p + "attn_q.weight")), step, heads=cfg.heads, theta=cfg.rope_theta)
-        k = ops.rope(g, ops.linear(g, n, w(p + "attn_k.weight")), step, heads=cfg.kv_heads, theta=cfg.rope_theta)
+        q = ops.rope(g, ops.linear(g, n, w(p + "attn_q.weight")), step, angles, heads=cfg.heads)
+        k = ops.rope(g, ops.linear(g, n, w(p + "attn_k.weight")), step, angles, heads=cfg.kv_heads)
         v = ops.linear(g, n, w(p + "attn_v.weight"))
         k_cache = ops.kv_write(g, g.add_tensor((max_context, kv), np.float32, f"{p}k_cache"), k, step)
         v_cache = ops.kv_write(g, g.add_tensor((max_context, kv), np.float32, f"{p}v_cache"), v, step)

@@ -184,17 +184,34 @@ def _step(g: ComputeGraph, step: ValueRef, what: str) -> None:
         raise TypeError(f"{what}: step must be a uint32 tensor holding the position, got {st.shape} {st.dtype}")
 
 
-def rope(g: ComputeGraph, x: ValueRef, step: ValueRef, *, heads: int, theta: float = 10000.0,
-         neox: bool = False) -> ValueRef:
-    """Rotary embedding of ``x`` ``[T, heads*Dh]`` at positions ``step[0] + t``. Pairs are
-    adjacent (GGUF llama) or, with ``neox``, half a head apart (Hugging Face llama)."""
+def rope_table(g: ComputeGraph, positions: int, head_dim: int, theta: float = 10000.0) -> ValueRef:
+    """The rotary angles' (cos, sin) for positions ``0..positions-1``, ``[positions, head_dim/2, 2]``
+    float32, computed in float64 on the CPU and packed as a constant: shaders' sin and cos are
+    not precise enough at large angles (SwiftShader's least of all). One table serves every
+    :func:`rope` with this head size and theta."""
+    if positions < 1 or head_dim % 2:
+        raise ValueError(f"rope table: {positions} positions of head size {head_dim} (must be even)")
+    i = np.arange(head_dim // 2, dtype=np.float64)
+    angles = np.arange(positions, dtype=np.float64)[:, None] * float(theta) ** (-2.0 * i / head_dim)
+    table = np.stack([np.cos(angles), np.sin(angles)], axis=-1).astype(np.float32)
+    return g.prepack_tensor(g.add_tensorref(table, f"rope_table.{head_dim}.{theta:g}"))
+
+
+def rope(g: ComputeGraph, x: ValueRef, step: ValueRef, table: ValueRef, *, heads: int, neox: bool = False) -> ValueRef:
+    """Rotary embedding of ``x`` ``[T, heads*Dh]`` at positions ``step[0] + t``, angles from
+    ``table`` (:func:`rope_table`; positions past its end take its last row). Pairs are adjacent
+    (GGUF llama) or, with ``neox``, half a head apart (Hugging Face llama)."""
     x, xt = _buffer(g, x, "rope input")
     _step(g, step, "rope")
     t, width = xt.shape
     if width % heads or (width // heads) % 2:
         raise ValueError(f"rope: width {width} is not {heads} heads of an even size")
+    dh = width // heads
+    tt = g.values[table]
+    if tt.dtype != np.float32 or len(tt.shape) != 3 or tt.shape[1:] != (dh // 2, 2):
+        raise ValueError(f"rope: table {tt.shape} {tt.dtype} is not [positions, {dh // 2}, 2] float32")
     out = g.add_tensor(xt.shape, np.float32)
-    g.add_dispatch(DispatchNode("rope", [out, x, step], struct.pack("<IIIf", t, heads, width // heads, theta),
+    g.add_dispatch(DispatchNode("rope", [out, x, step, table], struct.pack("<IIII", t, heads, dh, tt.shape[0]),
                                 {0: LOCAL_SIZE}, _groups(g, t * width // 2), {"NEOX": int(neox)}))
     return out
 

@@ -38,15 +38,18 @@ def is_icd_path(prefer: str) -> bool:
 
 
 def select_physical_device(devices: Sequence[PhysicalDevice], prefer: str | None) -> PhysicalDevice:
-    """The first device whose name contains ``prefer`` (case-insensitive), or the first device."""
+    """The first device whose renderer (``lavapipe``, ``swiftshader``) is ``prefer`` or whose name
+    contains it (case-insensitive); without a preference, the first device of the system's ICDs,
+    then of the ICDs vkgraph installed."""
     if not devices:
         raise DeviceNotFoundError("no Vulkan device found (is an ICD such as mesa-vulkan-drivers installed?)")
     if not prefer or is_icd_path(prefer):
-        return devices[0]
+        return min(devices, key=lambda d: d.renderer in d.instance.bundled_renderers)
+    want = prefer.lower()
     for d in devices:
-        if prefer.lower() in d.name.lower():
+        if want == d.renderer or want in d.name.lower():
             return d
-    names = ", ".join(repr(d.name) for d in devices)
+    names = ", ".join(f"{d.name!r} ({d.renderer})" for d in devices)
     raise DeviceNotFoundError(f"no Vulkan device matches {prefer!r}; available: {names}")
 
 

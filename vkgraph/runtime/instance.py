@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import DeviceNotFoundError, UnsupportedFeatureError, VulkanError
+from ..paths import bundled_icds
 from ._vk import call, ffi, lib, vk
 from .handle import VkObject
 
@@ -131,20 +132,32 @@ EXT_VALIDATION_FEATURES = "VK_EXT_validation_features"
 SYNC_VALIDATION = 4  # VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 
 
+DRIVER_FILES_ENV = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES")  # the second for loaders before 1.3.207
+
+
 @contextmanager
-def _only_icd(icd_json: str | None) -> Iterator[None]:
-    """Make the loader see one ICD while an instance is created (VK_DRIVER_FILES; the older
-    VK_ICD_FILENAMES for loaders before 1.3.207)."""
-    if icd_json is None:
-        yield
-        return
-    path = Path(icd_json)
-    if not path.is_file():
-        raise DeviceNotFoundError(f"ICD file {icd_json} does not exist")
-    saved = {k: os.environ.get(k) for k in ("VK_DRIVER_FILES", "VK_ICD_FILENAMES")}
-    os.environ["VK_DRIVER_FILES"] = os.environ["VK_ICD_FILENAMES"] = str(path.resolve())
+def _loader_icds(icd_json: str | None) -> Iterator[list[str]]:
+    """The ICDs the loader sees while an instance is created: ``icd_json`` alone when given;
+    else the system's plus the ones vkgraph installed (``paths.bundled_icds``, through
+    VK_ADD_DRIVER_FILES), unless VK_DRIVER_FILES or VK_ICD_FILENAMES already say which ICDs to
+    use. Yields the renderer names of the bundled ICDs added."""
+    added: list[str] = []
+    changes: dict[str, str] = {}
+    if icd_json is not None:
+        path = Path(icd_json)
+        if not path.is_file():
+            raise DeviceNotFoundError(f"ICD file {icd_json} does not exist")
+        changes = {k: str(path.resolve()) for k in DRIVER_FILES_ENV}
+    elif not any(os.environ.get(k) for k in DRIVER_FILES_ENV):
+        bundled = bundled_icds()
+        if bundled:
+            added = list(bundled)
+            files = [os.environ["VK_ADD_DRIVER_FILES"]] if os.environ.get("VK_ADD_DRIVER_FILES") else []
+            changes = {"VK_ADD_DRIVER_FILES": os.pathsep.join(files + [str(p) for p in bundled.values()])}
+    saved = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
     try:
-        yield
+        yield added
     finally:
         for k, v in saved.items():
             if v is None:
@@ -169,7 +182,9 @@ class Instance(VkObject):
         app_name: str = "vkgraph",
     ):
         self.icd = icd
-        with _only_icd(icd):
+        with _loader_icds(icd) as added:
+            #: renderers whose ICD vkgraph added to the system's (their devices come last by default)
+            self.bundled_renderers = added
             self._create(validation, sync_validation, debug_severity, app_name, icd)
 
     def _create(self, validation: bool, sync_validation: bool, debug_severity: str, app_name: str,
@@ -429,6 +444,15 @@ class PhysicalDevice:
         return self.host_visible_memory_type is not None
 
     @property
+    def renderer(self) -> str:
+        """The implementation's short name: "lavapipe", "swiftshader", else the driver's name."""
+        if self.driver_name == "llvmpipe" or self.name.startswith("llvmpipe"):
+            return "lavapipe"
+        if self.name.startswith("SwiftShader"):
+            return "swiftshader"
+        return self.driver_name or self.name
+
+    @property
     def driver(self) -> str:
         if self.driver_name:
             return f"{self.driver_name} {self.driver_info}".strip()
@@ -442,6 +466,7 @@ class PhysicalDevice:
         """The ``vkgraph info --json`` entry for this device."""
         return {
             "name": self.name,
+            "renderer": self.renderer,
             "type": self.type,
             "driver": self.driver,
             "api_version": version_str(self.api_version),

@@ -136,6 +136,11 @@ class PipelineCache(VkObject):
         if reason:
             warnings.warn(f"{source}: ignored ({reason}); starting with an empty pipeline cache", stacklevel=2)
             initial_data = b""
+        elif initial_data and len(initial_data) == self.HEADER.unpack_from(initial_data)[0]:
+            # A header and no pipelines (what a driver that keeps none writes, as SwiftShader):
+            # nothing to seed. SwiftShader would keep the bytes after a header of its own, so the
+            # file would grow by a header on every save and load.
+            initial_data = b""
         dev = device.handle
         with pinned(initial_data) as keep:
             info = vk.VkPipelineCacheCreateInfo(initialDataSize=len(initial_data), pInitialData=keep)
