@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import readme_tables  # noqa: E402
 
-DECIMAL = re.compile(r"\b\d+\.\d+\b")
+DECIMAL = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])")  # 1.23, not a version such as 22.3.6
 README_LINES = (ROOT / "README.md").read_text().splitlines()
 
 
