@@ -72,8 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps({"model": r.model, "device": r.report.device, "output_ok": r.output_ok, "load": r.report.to_dict(),
                           "peak_rss_delta_nbytes": r.peak_rss_delta_nbytes}, indent=2))
     else:
-        print(r.report.format_table())
-        print(f"{'peak RSS delta':<18}  {r.peak_rss_delta_nbytes / 2**20:.1f} MiB")
+        print(r.report.format_table((("peak RSS delta", f"{r.peak_rss_delta_nbytes / 2**20:.1f} MiB"),)))
         print(f"forward pass vs numpy: max |error| {r.max_abs_error:.2e} -> {'OK' if r.output_ok else 'MISMATCH'}")
         if args.trace:
             print(f"trace written to {args.trace} (open in Perfetto or chrome://tracing)")

@@ -94,7 +94,8 @@ class LoadReport:
         )
         return d
 
-    def format_table(self) -> str:
+    def format_table(self, extra: tuple[tuple[str, str], ...] = ()) -> str:
+        """The report as aligned ``name  value`` lines, ``extra`` rows (the caller's) last."""
         mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
         per = self.bytes_per_submit
         rows = [
@@ -116,6 +117,7 @@ class LoadReport:
             ("direct writes", str(self.direct_writes)),
             ("cache hits / misses", f"{self.cache_hits} / {self.cache_misses} ({self.zero_copy_tensors} zero-copy)"),
             ("CPU/GPU overlap", f"{self.overlap:.0%}"),
+            *extra,
         ]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
