@@ -86,7 +86,8 @@ def test_tune_tiny_model_writes_a_valid_config(device, tmp_path, monkeypatch, ca
     cfg = load_config(out, env={})
     assert cfg.prepack.threshold_nbytes == best["threshold_nbytes"]
     assert cfg.prepack.reduce_peak_memory == best["reduce_peak_memory"]
-    assert "Tuned by `vkgraph tune --model synthetic:4`" in out.read_text()
+    assert "Tuned by `vkgraph tune --model synthetic:4` on " in out.read_text()
+    assert f", device {device.name}." in out.read_text().splitlines()[0]
     assert result["pareto"] and result["default"] is not None
     assert all(p["first_load_s"] > 0 and p["min_s"] <= p["load_s"] <= p["max_s"] for p in result["points"])
     # the confirmed configs' runs are pooled with the sweep's: 1 + 2

@@ -11,7 +11,7 @@ from ..models.registry import KNOWN_MODELS
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from ..runtime import Instance
+    from ..runtime import Device
     from ..tools.bench import terminal_progress
     from ..tools.tune import (ALPHA, DEFAULT, GRID, Point, best_within, confirm, dominators, grid_points, pareto, plot_tune,
                        pooled, tune, tuned_config)
@@ -46,8 +46,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             note = "configs/default.toml does not fit the memory budget; fastest confirmed finalist."
     default = next(p for p in measured if p.prepack == DEFAULT)
     front = pareto(measured)
-    with Instance() as inst:
-        device = inst.physical_devices()[0].name
+    with Device() as dev:  # the device the loads ran on ($VKGRAPH_DEVICE, which --device sets)
+        device = dev.name
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(tuned_config(chosen, args.model, device, conf.default if conf else default, note))
