@@ -15,14 +15,12 @@ def _mib(n: int) -> str:
 def _device_infos() -> tuple[str, list[dict[str, Any]]]:
     """Every device the loader reports (vkgraph's bundled ICDs included), the one commands use
     (``--device`` / ``$VKGRAPH_DEVICE``, else the default) marked ``selected``."""
-    import os
-
-    from ..runtime import Instance, loader_version
-    from ..runtime.device import ENV_DEVICE, is_icd_path, select_physical_device
+    from ..runtime import loader_version
+    from ..runtime.device import instance_for, preferred_device, select_physical_device
 
     loader = loader_version()
-    prefer = os.environ.get(ENV_DEVICE) or None
-    with Instance(validation=False, icd=prefer if prefer and is_icd_path(prefer) else None) as inst:
+    prefer = preferred_device()
+    with instance_for(prefer) as inst:
         devices = inst.physical_devices()
         chosen = select_physical_device(devices, prefer) if devices else None
         return loader, [dict(p.info(), selected=p is chosen) for p in devices]

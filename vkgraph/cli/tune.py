@@ -11,7 +11,6 @@ from ..models.registry import KNOWN_MODELS
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from ..runtime import Device
     from ..tools.bench import terminal_progress
     from ..tools.tune import (ALPHA, DEFAULT, GRID, Point, best_within, confirm, dominators, grid_points, pareto, plot_tune,
                        pooled, tune, tuned_config)
@@ -46,8 +45,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             note = "configs/default.toml does not fit the memory budget; fastest confirmed finalist."
     default = next(p for p in measured if p.prepack == DEFAULT)
     front = pareto(measured)
-    with Device() as dev:  # the device the loads ran on ($VKGRAPH_DEVICE, which --device sets)
-        device = dev.name
+    device = next(p.device for p in swept if p.device)  # as the measured loads' reports name it
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(tuned_config(chosen, args.model, device, conf.default if conf else default, note))

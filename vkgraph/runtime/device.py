@@ -53,6 +53,17 @@ def select_physical_device(devices: Sequence[PhysicalDevice], prefer: str | None
     raise DeviceNotFoundError(f"no Vulkan device matches {prefer!r}; available: {names}")
 
 
+def preferred_device() -> str | None:
+    """The device preference commands use: ``$VKGRAPH_DEVICE`` (which ``--device`` sets)."""
+    return os.environ.get(ENV_DEVICE) or None
+
+
+def instance_for(prefer: str | None, validation: bool = False) -> Instance:
+    """An instance whose loader sees the ICD ``prefer`` names, alone, or else every ICD."""
+    icd = prefer if prefer and is_icd_path(prefer) else None
+    return Instance(validation, sync_validation=_env_flag(ENV_SYNC_VALIDATION), icd=icd)
+
+
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -72,11 +83,10 @@ class Device(VkObject):
         #: Allocations that would bring :attr:`allocated_nbytes` above this raise
         #: OutOfDeviceMemoryError before Vulkan is called, as a device this small would (0: no budget).
         self.max_memory_nbytes = int(max_memory_nbytes)
-        prefer = prefer if prefer is not None else (os.environ.get(ENV_DEVICE) or None)
+        prefer = prefer if prefer is not None else preferred_device()
         self.prefer = prefer  # how it was chosen (another Device(device.prefer) opens the same one)
         validation = _env_flag(ENV_VALIDATION) if validation is None else validation
-        icd = prefer if prefer and is_icd_path(prefer) else None
-        self.instance = Instance(validation, sync_validation=_env_flag(ENV_SYNC_VALIDATION), icd=icd)
+        self.instance = instance_for(prefer, validation)
         try:
             self._create(select_physical_device(self.instance.physical_devices(), prefer))
         except BaseException:

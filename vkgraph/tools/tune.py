@@ -64,6 +64,7 @@ class Point:
     peaks: list[int] = field(default_factory=list)
     rss_peaks: list[int] = field(default_factory=list)  # peak RSS delta of each measured load
     first_times: list[float] = field(default_factory=list)  # the first load of each process
+    device: str = ""  # the device the loads ran on (their reports name it)
 
     @property
     def runs(self) -> int:
@@ -128,6 +129,7 @@ def load_once(model: str, prepack: dict[str, Any]) -> list[dict[str, Any]]:
 def record(point: Point, results: list[dict[str, Any]]) -> None:
     """The loads of one fresh process: the first is kept apart, the last is the point's run."""
     first, result = results[0], results[-1]
+    point.device = result["device"]
     point.add_runs([result["load_s"]], [result["peak_device_nbytes"]], [result["peak_rss_delta_nbytes"]],
                    [first["load_s"]])
 
