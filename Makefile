@@ -34,7 +34,7 @@ test-validation: install
 fuzz: install
 	VKGRAPH_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider --hypothesis-show-statistics
 	@if $(BIN)/python -m pip install -q atheris; then \
-		for r in cache safetensors gguf; do $(BIN)/python -m tests.fuzz.atheris_readers $$r -runs=10000 || exit 1; done; \
+		for r in cache safetensors gguf pte; do $(BIN)/python -m tests.fuzz.atheris_readers $$r -runs=10000 || exit 1; done; \
 	else echo "atheris does not install here: coverage-guided fuzzing skipped"; fi
 
 soak: install

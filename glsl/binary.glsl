@@ -1,7 +1,8 @@
 #version 450
 // out = a OP b with numpy broadcasting over up to 4 dims: out has dims d[4] (padded with 1 on
 // the left); sa/sb are a's and b's element strides per output dim (0 where it is broadcast).
-// OP: 0 add, 1 sub, 2 mul.
+// OP: 0 add, 1 sub, 2 mul, 3 div, 4 pow, 5 max, 6 min, 7 >, 8 <, 9 >=, 10 <=, 11 ==, 12 !=,
+// 13 logical and, 14 logical or (comparisons and logic give 1.0 or 0.0). ALPHA scales b (add, sub).
 
 layout(local_size_x_id = 0) in;
 
@@ -14,6 +15,7 @@ layout(push_constant) uniform Params {
     uvec4 sa;
     uvec4 sb;
     uint n;
+    float alpha;
 };
 
 void main() {
@@ -23,11 +25,36 @@ void main() {
         float av = a[c.x * sa.x + c.y * sa.y + c.z * sa.z + c.w * sa.w];
         float bv = b[c.x * sb.x + c.y * sb.y + c.z * sb.z + c.w * sb.w];
 #if OP == 0
-        outv[i] = av + bv;
+        outv[i] = av + alpha * bv;
 #elif OP == 1
-        outv[i] = av - bv;
-#else
+        outv[i] = av - alpha * bv;
+#elif OP == 2
         outv[i] = av * bv;
+#elif OP == 3
+        outv[i] = av / bv;
+#elif OP == 4
+        float r = pow(abs(av), bv);
+        outv[i] = (av < 0.0 && mod(bv, 2.0) == 1.0) ? -r : (av == 0.0 && bv == 0.0 ? 1.0 : r);
+#elif OP == 5
+        outv[i] = max(av, bv);
+#elif OP == 6
+        outv[i] = min(av, bv);
+#elif OP == 7
+        outv[i] = float(av > bv);
+#elif OP == 8
+        outv[i] = float(av < bv);
+#elif OP == 9
+        outv[i] = float(av >= bv);
+#elif OP == 10
+        outv[i] = float(av <= bv);
+#elif OP == 11
+        outv[i] = float(av == bv);
+#elif OP == 12
+        outv[i] = float(av != bv);
+#elif OP == 13
+        outv[i] = float(av != 0.0 && bv != 0.0);
+#else
+        outv[i] = float(av != 0.0 || bv != 0.0);
 #endif
     }
 }

@@ -17,14 +17,17 @@ from .errors import (
     OutOfDeviceMemoryError,
     OutOfHostMemoryError,
     PrepackMismatchError,
+    PteFormatError,
     SafetensorsError,
     ShaderCompileError,
     TokenizerError,
     UnsupportedFeatureError,
+    UnsupportedOpError,
     VkGraphError,
     VulkanError,
 )
 from .graph import ComputeGraph, LoadReport
+from .pte import Program, load_program
 
 __version__ = "0.1.0"
 
@@ -45,13 +48,17 @@ __all__ = [
     "OutOfDeviceMemoryError",
     "OutOfHostMemoryError",
     "PrepackMismatchError",
+    "Program",
+    "PteFormatError",
     "SafetensorsError",
     "ShaderCompileError",
     "TokenizerError",
     "UnsupportedFeatureError",
+    "UnsupportedOpError",
     "VkGraphError",
     "VulkanError",
     "__version__",
     "load_config",
+    "load_program",
     "ops",
 ]

@@ -148,3 +148,13 @@ class GGUFError(VkGraphError, ValueError):
 
 class TokenizerError(VkGraphError, ValueError):
     """A tokenizer file or its metadata cannot be used; names the source and the reason."""
+
+
+class PteFormatError(VkGraphError, ValueError):
+    """An ExecuTorch program (.pte) or a delegate blob in it is malformed, truncated or of a
+    version vkgraph does not read; names the file and what is wrong."""
+
+
+class UnsupportedOpError(VkGraphError, NotImplementedError):
+    """A program uses an op (or an op's argument) vkgraph does not implement; names the file,
+    the delegate or kernel call, the node and the op. Raised while building, before any GPU work."""

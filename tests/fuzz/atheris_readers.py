@@ -1,6 +1,6 @@
 """Coverage-guided fuzzing of one file reader with atheris (libFuzzer), from the valid seed file:
 
-    python -m tests.fuzz.atheris_readers cache|safetensors|gguf -runs=10000
+    python -m tests.fuzz.atheris_readers cache|safetensors|gguf|pte -runs=10000
 
 Only the reader's documented error may escape; anything else is reported by libFuzzer as a crash
 (with the input saved), and -timeout catches hangs. ``make fuzz`` runs it for every reader when

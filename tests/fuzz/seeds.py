@@ -7,9 +7,12 @@ from pathlib import Path
 import numpy as np
 
 from vkgraph.cache.format import PAGE, PackedWeightFile, write_file
-from vkgraph.errors import CacheFormatError, GGUFError, SafetensorsError
+from vkgraph.errors import CacheFormatError, GGUFError, PteFormatError, SafetensorsError
 from vkgraph.models.gguf_file import GGUFFile
 from vkgraph.models.safetensors import SafetensorsFile, write_safetensors
+from vkgraph.pte.reader import PteFile
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "data" / "programs"
 
 
 def cache_file(d: Path) -> bytes:
@@ -89,9 +92,35 @@ def read_gguf(path: Path, size: int) -> bool:
     return True
 
 
+def pte_file(d: Path) -> bytes:
+    """An exported program with two delegates and a CPU kernel between them."""
+    return (PROGRAMS / "convnet.pte").read_bytes()
+
+
+def read_pte(path: Path, size: int) -> bool:
+    """Parse the program and every delegate's VkGraph; every constant region lies in the file."""
+    try:
+        with PteFile(path) as f:
+            for plan in f.plans:
+                for v in plan.values:
+                    if v.kind == "tensor" and v.value.data is not None:
+                        off, n = v.value.data
+                        assert 0 <= off and off + n <= size
+                for d in plan.delegates:
+                    assert 0 <= d.offset and d.offset + d.nbytes <= size
+                    if d.id == "VulkanBackend":
+                        for off, n in f.vkgraph(d).constants:
+                            assert 0 <= off and off + n <= size
+                            np.frombuffer(f.mapping, np.uint8, n, off).sum()  # touch every byte
+    except PteFormatError:
+        return False
+    return True
+
+
 #: reader name: (seed builder, file suffix, read function; only the documented error is caught)
 READERS = {
     "cache": (cache_file, ".vkpw", read_cache),
     "safetensors": (safetensors_file, ".safetensors", read_safetensors),
     "gguf": (gguf_file, ".gguf", read_gguf),
+    "pte": (pte_file, ".pte", read_pte),
 }

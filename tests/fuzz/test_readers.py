@@ -1,5 +1,5 @@
-"""Fuzzing the file readers that take untrusted bytes: the packed-weight cache, safetensors and
-GGUF. Generated inputs are mutations of valid files (byte flips, truncations, inserted junk,
+"""Fuzzing the file readers that take untrusted bytes: the packed-weight cache, safetensors,
+GGUF and ExecuTorch programs (.pte with their ET-VK delegates). Generated inputs are mutations of valid files (byte flips, truncations, inserted junk,
 rewritten headers); each reader may only raise its documented error type, and every region it
 hands out lies inside the file. Each example runs under an alarm, so a hang fails the test.
 
@@ -112,3 +112,9 @@ def test_safetensors_reader(tmp_path, valid, data):
 @given(data=st.data())
 def test_gguf_reader(tmp_path, valid, data):
     check(tmp_path, "gguf", mutate(data, valid["gguf"]))
+
+
+@FUZZ
+@given(data=st.data())
+def test_pte_reader(tmp_path, valid, data):
+    check(tmp_path, "pte", mutate(data, valid["pte"]))

@@ -341,3 +341,120 @@ def test_binary_shapes_that_do_not_broadcast(device, compiler):
         a, b = g.add_input((2, 3), np.float32, "a"), g.add_input((4,), np.float32, "b")
         with pytest.raises(ValueError, match=r"add: shapes \(2, 3\) and \(4,\) do not broadcast"):
             ops.add(g, a, b)
+
+
+UNARY_REF = {
+    "sigmoid": lambda a: 1 / (1 + np.exp(-a)), "tanh": np.tanh, "exp": np.exp, "neg": np.negative, "abs": np.abs,
+    "sqrt": lambda a: np.sqrt(np.abs(a)), "rsqrt": lambda a: 1 / np.sqrt(np.abs(a) + 0.5),
+    "log": lambda a: np.log(np.abs(a) + 0.5), "logical_not": lambda a: (np.round(a) == 0).astype(np.float32),
+}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY_REF))
+def test_unary_ops(device, compiler, op):
+    a = rng_for(len(op), 3).standard_normal((3, 67)).astype(np.float32) * 2
+    if op == "sqrt":
+        a = np.abs(a)
+    elif op in ("rsqrt", "log"):
+        a = np.abs(a) + 0.5
+    elif op == "logical_not":
+        a = np.round(a)
+    ref = {"sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "log": np.log}.get(op, UNARY_REF[op])
+    out, _ = run(device, compiler, lambda g, r: ops.unary(g, r["a"], op), {"a": a})
+    np.testing.assert_allclose(out, ref(a), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("op,p0,p1,ref", [
+    ("clamp", -0.5, 0.7, lambda a: np.clip(a, -0.5, 0.7)), ("affine", 3.0, -1.5, lambda a: a * 3 - 1.5),
+    ("pow", 2.0, 0, lambda a: a ** 2), ("pow", 3.0, 0, lambda a: a ** 3), ("gt", 0.25, 0, lambda a: a > 0.25),
+    ("le", -0.1, 0, lambda a: a <= -0.1), ("rsub", 2.0, 0, lambda a: 2 - a),
+])
+def test_unary_ops_with_scalars(device, compiler, op, p0, p1, ref):
+    a = rng_for(7, int(p0 * 10)).standard_normal((5, 33)).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.unary(g, r["a"], op, p0, p1), {"a": a})
+    np.testing.assert_allclose(out, ref(a).astype(np.float32), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,ref", [
+    ("div", np.divide), ("maximum", np.maximum), ("minimum", np.minimum), ("lt", np.less), ("eq", np.equal),
+    ("logical_and", np.logical_and), ("pow", lambda a, b: np.abs(a) ** b),
+])
+def test_more_binary_ops(device, compiler, op, ref):
+    rng = rng_for(4, len(op))
+    a = np.round(rng.standard_normal((2, 3, 9)).astype(np.float32) * 2)
+    b = np.round(rng.standard_normal((3, 1)).astype(np.float32) * 2) + (0.5 if op == "div" else 0)
+    if op == "pow":
+        a = np.abs(a) + 0.5
+    out, _ = run(device, compiler, lambda g, r: ops.binary(g, r["a"], r["b"], op), {"a": a, "b": b})
+    np.testing.assert_allclose(out, ref(a, b).astype(np.float32), rtol=1e-5)
+
+
+def test_binary_alpha_and_where(device, compiler):
+    rng = rng_for(6, 10)
+    a, b = rng.standard_normal((6, 10)).astype(np.float32), rng.standard_normal((1, 10)).astype(np.float32)
+    c = (rng.random((6, 1)) < 0.5).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.binary(g, r["a"], r["b"], "sub", 2.5), {"a": a, "b": b})
+    np.testing.assert_allclose(out, a - 2.5 * b, rtol=1e-6, atol=1e-6)
+    out, _ = run(device, compiler, lambda g, r: ops.where(g, r["c"], r["a"], r["b"]), {"a": a, "b": b, "c": c})
+    np.testing.assert_array_equal(out, np.where(c != 0, a, b))
+
+
+@pytest.mark.parametrize("op,ref", [("sum", np.sum), ("mean", np.mean), ("max", np.max), ("min", np.min)])
+@pytest.mark.parametrize("dim,count", [(0, 1), (1, 2), (2, 1)])
+def test_reduce(device, compiler, op, ref, dim, count):
+    x = rng_for(3, 5, 7, dim).standard_normal((3, 5, 7)).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.reduce(g, r["x"], dim, op, count), {"x": x})
+    np.testing.assert_allclose(out, ref(x, axis=tuple(range(dim, dim + count))), rtol=1e-5, atol=1e-5)
+
+
+def test_log_softmax(device, compiler):
+    x = rng_for(4, 77).standard_normal((4, 77)).astype(np.float32) * 3
+    out, _ = run(device, compiler, lambda g, r: ops.softmax(g, r["x"], log=True), {"x": x})
+    m = x.max(1, keepdims=True)
+    np.testing.assert_allclose(out, x - m - np.log(np.exp(x - m).sum(1, keepdims=True)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("max_pool", [True, False])
+@pytest.mark.parametrize("k,s,p,count_pad", [((2, 2), (2, 2), (0, 0), True), ((3, 3), (2, 2), (1, 1), True),
+                                             ((3, 3), (2, 2), (1, 1), False)])
+def test_pool2d(device, compiler, max_pool, k, s, p, count_pad):
+    x = rng_for(2, 3, 9, 8).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    ho, wo = (9 + 2 * p[0] - k[0]) // s[0] + 1, (8 + 2 * p[1] - k[1]) // s[1] + 1
+    out, _ = run(device, compiler, lambda g, r: ops.pool2d(g, r["x"], (ho, wo), k, s, p, max_pool=max_pool,
+                                                           count_include_pad=count_pad), {"x": x})
+    pad = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])), constant_values=np.nan)
+    ref = np.empty((2, 3, ho, wo), np.float32)
+    for i in range(ho):
+        for j in range(wo):
+            win = pad[:, :, i * s[0]:i * s[0] + k[0], j * s[1]:j * s[1] + k[1]]
+            if max_pool:
+                ref[:, :, i, j] = np.nanmax(win, axis=(2, 3))
+            else:
+                n = win[0, 0].size if count_pad else (~np.isnan(win[0, 0])).sum()
+                ref[:, :, i, j] = np.nansum(win, axis=(2, 3)) / n
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_permute_strided_copy_and_views(device, compiler):
+    x = rng_for(2, 3, 4, 5).standard_normal((2, 3, 4, 5)).astype(np.float32)
+
+    def build(g, r):
+        p = ops.permute(g, r["x"], [2, 0, 3, 1])  # (4, 2, 5, 3)
+        v = g.add_view(p, (8, 15))
+        out = g.add_tensor((8, 7), np.float32)  # columns 3..9 of every row, with stride 2 -> 6 columns + 1 copied col
+        ops.strided_copy(g, out, v, (8, 6), (15, 2), (7, 1), 3, 0)
+        ops.strided_copy(g, out, v, (8, 1), (15, 1), (7, 1), 0, 6)
+        return out
+
+    out, _ = run(device, compiler, build, {"x": x})
+    v = x.transpose(2, 0, 3, 1).reshape(8, 15)
+    np.testing.assert_array_equal(out, np.concatenate([v[:, 3:15:2], v[:, :1]], axis=1))
+
+
+def test_cast(device, compiler):
+    ids = rng_for(9).integers(-50, 50, (3, 9)).astype(np.int32)
+    out, _ = run(device, compiler, lambda g, r: ops.unary(g, ops.cast(g, r["i"], np.float32), "affine", 0.5, 0),
+                 {"i": ids})
+    np.testing.assert_array_equal(out, ids * 0.5)
+    out, _ = run(device, compiler, lambda g, r: ops.cast(g, r["x"], np.int32), {"x": ids.astype(np.float32) + 0.25})
+    np.testing.assert_array_equal(out, ids + (ids < 0))  # toward zero

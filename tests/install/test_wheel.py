@@ -62,3 +62,7 @@ def test_installed_wheel_runs_outside_the_checkout(wheel, tmp_path):
     assert all(Path(w).is_relative_to(venv) for w in where), where  # the installed copy, not the checkout
     out = run([venv / "bin" / "vkgraph", "run", "--model", "synthetic:64"], cwd=tmp_path, env=env)
     assert "forward pass vs numpy" in out and "-> OK" in out, out
+    program = REPO / "tests" / "data" / "programs" / "mlp.pte"  # the .pte readers are in the wheel too
+    out = run([venv / "bin" / "vkgraph", "run", "--model", program, "--inputs", program.with_suffix(".npz")],
+              cwd=tmp_path, env=env)
+    assert "output_0: (4, 10) float32" in out, out

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+import numpy as np
+
 from ..config import GraphConfig, load_config
 from ..models.registry import KNOWN_MODELS, SAMPLE_TEXTS, ModelRef, resolve
 from ..paths import DEFAULT_CONFIG
@@ -57,9 +59,73 @@ def cmd_run_llama(args: argparse.Namespace, ref: ModelRef) -> int:
     return 0
 
 
+def program_inputs(specs, path: str | None, seed: int = 0) -> list[np.ndarray]:
+    """A program's inputs: ``input_0, input_1, ...`` of an .npz file, or seeded random arrays
+    (floats standard normal, integers in [0, 8), booleans)."""
+    if path:
+        with np.load(path) as npz:
+            missing = [s.name for s in specs if s.name not in npz.files]
+            if missing:
+                raise ValueError(f"{path}: no array named {', '.join(missing)} (the program takes "
+                                 f"{', '.join(s.name for s in specs)})")
+            return [npz[s.name] for s in specs]
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in specs:
+        if s.dtype == np.bool_:
+            out.append(rng.random(s.shape) < 0.5)
+        elif s.dtype.kind in "iu":
+            out.append(rng.integers(0, 8, s.shape).astype(s.dtype))
+        else:
+            out.append(rng.standard_normal(s.shape).astype(s.dtype))
+    return out
+
+
+def cmd_run_program(args: argparse.Namespace) -> int:
+    from ..pte import list_ops, load_program
+
+    if args.list_ops:
+        uses = list_ops(args.model)
+        if args.json:
+            print(json.dumps([{"where": u.where, "node": u.node, "op": u.name, "supported": u.supported} for u in uses],
+                             indent=2))
+        else:
+            print(f"{'where':<12} {'node':>5}  {'op':<44} supported")
+            for u in uses:
+                print(f"{u.where:<12} {u.node:>5}  {u.name:<44} {'yes' if u.supported else 'NO'}")
+        return 0 if all(u.supported for u in uses) else 1
+    with load_program(args.model, _config(args)) as prog:
+        inputs = program_inputs(prog.inputs, args.inputs)
+        outputs = prog.run(*inputs)
+        report = prog.report
+    if args.save:
+        np.savez(args.save, **{f"output_{k}": y for k, y in enumerate(outputs)})
+    summary = [{"name": f"output_{k}", "shape": list(y.shape), "dtype": str(y.dtype),
+                "min": float(np.min(y)) if y.size else None, "max": float(np.max(y)) if y.size else None}
+               for k, y in enumerate(outputs)]
+    if args.json:
+        print(json.dumps({"model": args.model, "device": report.device if report else "", "outputs": summary,
+                          "load": report.to_dict() if report else None}, indent=2))
+        return 0
+    if report is not None:
+        print(report.format_table())
+    print(f"\n{args.model}: {len(inputs)} inputs ({'from ' + args.inputs if args.inputs else 'random, seed 0'}), "
+          f"{len(outputs)} outputs")
+    for s in summary:
+        print(f"  {s['name']}: {tuple(s['shape'])} {s['dtype']}  min {s['min']:.6g}  max {s['max']:.6g}"
+              if s["min"] is not None else f"  {s['name']}: {tuple(s['shape'])} {s['dtype']}")
+    if args.save:
+        print(f"outputs written to {args.save}")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from ..tools.bench import load_model
 
+    if args.model.endswith(".pte"):
+        return cmd_run_program(args)
+    if args.list_ops or args.inputs or args.save:
+        raise ValueError("--list-ops, --inputs and --save are for ExecuTorch programs (--model FILE.pte)")
     ref = resolve(args.model)
     if ref.kind == "bert":
         return cmd_run_minilm(args, ref)
@@ -82,7 +148,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="the main job: load a model with staged prepack, run it, check it")
     run.add_argument("--model", default="synthetic:256",
-                     help=f"{KNOWN_MODELS} (default synthetic:256)")
+                     help=f"{KNOWN_MODELS}, or an ExecuTorch program FILE.pte (default synthetic:256)")
     run.add_argument("--text", action="append", help="a sentence to embed (minilm; repeat for several)")
     run.add_argument("--prompt", help="the prompt (smollm2)")
     run.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (smollm2)")
@@ -90,5 +156,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--config", help="TOML config (default configs/default.toml)")
     run.add_argument("--reduce-peak", action="store_true", help="ET-VK's reduce-peak-memory mode")
     run.add_argument("--trace", help="write a Chrome trace of the load to this file")
+    run.add_argument("--list-ops", action="store_true", help="print each op of a .pte program and whether vkgraph "
+                     "supports it (exit status 1 when one is not)")
+    run.add_argument("--inputs", help="a .npz with input_0, input_1, ... in the program's input order (.pte; "
+                     "default: random, seed 0)")
+    run.add_argument("--save", help="write the program's outputs to this .npz as output_0, output_1, ... (.pte)")
     run.add_argument("--json", action="store_true")
     run.set_defaults(fn=cmd_run)

@@ -119,6 +119,18 @@ class ComputeGraph:
         ref_name = name or f"t{len(self.values)}"
         return self._add(Tensor(ref_name, tuple(int(s) for s in shape), np.dtype(dtype)), name)
 
+    def add_view(self, ref: ValueRef, shape: Sequence[int]) -> ValueRef:
+        """A tensor of ``shape`` sharing the memory of buffer tensor ``ref`` (a reshape: same
+        element count, no copy)."""
+        t = self.values[ref]
+        if not isinstance(t, Tensor) or t.storage != "buffer" or t.layout != "contiguous":
+            raise TypeError(f"a view needs a contiguous buffer tensor, not {getattr(t, 'name', t)!r}")
+        shape = tuple(int(s) for s in shape)
+        if int(np.prod(shape, dtype=np.int64)) != int(np.prod(t.shape, dtype=np.int64)):
+            raise ValueError(f"a view of {t.name!r} {t.shape} cannot have shape {shape}")
+        root = ref if t.view_of is None else t.view_of
+        return self._add(Tensor(f"t{len(self.values)}", shape, t.dtype, nbytes=t.nbytes, view_of=root), None)
+
     def add_texture(self, shape: Sequence[int], layout: str = "channels_packed", name: str | None = None) -> ValueRef:
         """A float32 device tensor in texture storage (memory bound when execute is encoded)."""
         t = Tensor(name or f"t{len(self.values)}", tuple(int(s) for s in shape), np.dtype(np.float32), layout,

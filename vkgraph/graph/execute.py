@@ -26,8 +26,11 @@ class ExecutePlan:
         self.graph = graph
         g = graph
         for v in g.values:
-            if isinstance(v, Tensor) and v.resource is None and not v.constant:
+            if isinstance(v, Tensor) and v.resource is None and not v.constant and v.view_of is None:
                 g.memory.allocate(v)
+        for v in g.values:
+            if isinstance(v, Tensor) and v.view_of is not None:
+                v.buffer = g.values[v.view_of].buffer
         for io in g.inputs.values():
             io.buffer = g.memory.staging(g.values[io.tensor].nbytes, MemoryKind.UPLOAD, f"{io.name} staging")
         for io in g.outputs.values():

@@ -167,6 +167,7 @@ class Tensor:
     buffer: Buffer | None = None
     storage: str = "buffer"  # or "texture3d": an RGBA32F 3-D image, `layout` channels/width_packed
     image: Image3D | None = None
+    view_of: int | None = None  # a view: the ValueRef of the tensor whose buffer it shares
 
     def __post_init__(self) -> None:
         if self.storage == "texture3d":

@@ -4,6 +4,7 @@ and returns the ref of its output tensor."""
 from __future__ import annotations
 
 import struct
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -108,58 +109,97 @@ def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int
     return [0] * (4 - len(strides)) + strides
 
 
-def _binary(g: ComputeGraph, a: ValueRef, b: ValueRef, op: int, name: str) -> ValueRef:
-    """Elementwise ``a OP b`` with numpy broadcasting (up to 4 dims)."""
-    a, at = _buffer(g, a, f"{name} input a")
-    b = _weight(g, b, "identity")
-    b, bt = _buffer(g, b, f"{name} input b")
+BINARY_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "pow": 4, "maximum": 5, "minimum": 6, "gt": 7, "lt": 8,
+              "ge": 9, "le": 10, "eq": 11, "ne": 12, "logical_and": 13, "logical_or": 14}
+
+
+def _dims4(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     try:
-        shape = tuple(int(d) for d in np.broadcast_shapes(at.shape, bt.shape))
+        shape = tuple(int(d) for d in np.broadcast_shapes(*shapes))
     except ValueError:
-        raise ValueError(f"{name}: shapes {at.shape} and {bt.shape} do not broadcast") from None
+        raise ValueError(f"{name}: shapes {' and '.join(map(str, shapes))} do not broadcast") from None
     if len(shape) > 4:
         raise ValueError(f"{name}: {len(shape)}-D broadcasting is not supported (at most 4 dims)")
+    return shape
+
+
+def binary(g: ComputeGraph, a: ValueRef, b: ValueRef, op: str, alpha: float = 1.0) -> ValueRef:
+    """Elementwise ``a OP b`` with numpy broadcasting (up to 4 dims); ``op`` is one of
+    :data:`BINARY_OPS` (comparisons and logic give 1.0 or 0.0); ``alpha`` scales ``b`` in add
+    and sub."""
+    a, at = _buffer(g, a, f"{op} input a")
+    b = _weight(g, b, "identity")
+    b, bt = _buffer(g, b, f"{op} input b")
+    shape = _dims4(op, at.shape, bt.shape)
     dims = [1] * (4 - len(shape)) + list(shape)
     n = int(np.prod(shape))
     out = g.add_tensor(shape, np.float32)
-    push = struct.pack("<13I", *dims, *_broadcast_strides(at.shape, shape), *_broadcast_strides(bt.shape, shape), n)
-    g.add_dispatch(DispatchNode("binary", [out, a, b], push, {0: LOCAL_SIZE}, _groups(g, n), {"OP": op}))
+    push = struct.pack("<13If", *dims, *_broadcast_strides(at.shape, shape), *_broadcast_strides(bt.shape, shape), n,
+                       alpha)
+    g.add_dispatch(DispatchNode("binary", [out, a, b], push, {0: LOCAL_SIZE}, _groups(g, n), {"OP": BINARY_OPS[op]}))
     return out
 
 
 def add(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
-    return _binary(g, a, b, 0, "add")
+    return binary(g, a, b, "add")
 
 
 def sub(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
-    return _binary(g, a, b, 1, "sub")
+    return binary(g, a, b, "sub")
 
 
 def mul(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
-    return _binary(g, a, b, 2, "mul")
+    return binary(g, a, b, "mul")
 
 
-def _unary(g: ComputeGraph, a: ValueRef, op: int, name: str) -> ValueRef:
-    a, at = _buffer(g, a, f"{name} input")
+def where(g: ComputeGraph, cond: ValueRef, a: ValueRef, b: ValueRef) -> ValueRef:
+    """``a`` where ``cond`` is non-zero, else ``b`` (numpy broadcasting, up to 4 dims)."""
+    refs = []
+    for what, ref in (("condition", cond), ("a", a), ("b", b)):
+        refs.append(_buffer(g, _weight(g, ref, "identity"), f"where {what}"))
+    shape = _dims4("where", *(t.shape for _, t in refs))
+    n = int(np.prod(shape))
+    out = g.add_tensor(shape, np.float32)
+    strides = [s for _, t in refs for s in _broadcast_strides(t.shape, shape)]
+    push = struct.pack("<17I", *([1] * (4 - len(shape)) + list(shape)), *strides, n)
+    g.add_dispatch(DispatchNode("where", [out, *(r for r, _ in refs)], push, {0: LOCAL_SIZE}, _groups(g, n)))
+    return out
+
+
+UNARY_OPS = {"silu": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "sigmoid": 4, "tanh": 5, "exp": 6, "sqrt": 7,
+             "rsqrt": 8, "neg": 9, "abs": 10, "clamp": 11, "affine": 12, "pow": 13, "logical_not": 14, "log": 15,
+             "gt": 16, "lt": 16, "ge": 16, "le": 16, "eq": 16, "ne": 16, "rdiv": 17, "rsub": 18}
+_COMPARE = ("gt", "lt", "ge", "le", "eq", "ne")
+
+
+def unary(g: ComputeGraph, a: ValueRef, op: str, p0: float = 0.0, p1: float = 0.0) -> ValueRef:
+    """Elementwise ``f(a)`` for ``op`` in :data:`UNARY_OPS`: clamp to ``[p0, p1]``, affine
+    ``a * p0 + p1``, ``pow(a, p0)``, comparisons with the scalar ``p0`` (1.0 or 0.0), ``rdiv``
+    ``p0 / a``, ``rsub`` ``p0 - a``."""
+    a, at = _buffer(g, a, f"{op} input")
     out = g.add_tensor(at.shape, np.float32)
     n = at.nbytes // 4
-    g.add_dispatch(DispatchNode("unary", [out, a], struct.pack("<I", n), {0: LOCAL_SIZE}, _groups(g, n), {"OP": op}))
+    defines = {"OP": UNARY_OPS[op]}
+    if op in _COMPARE:
+        defines["OP2"] = _COMPARE.index(op)
+    g.add_dispatch(DispatchNode("unary", [out, a], struct.pack("<Iff", n, p0, p1), {0: LOCAL_SIZE}, _groups(g, n),
+                                defines))
     return out
 
 
 def silu(g: ComputeGraph, a: ValueRef) -> ValueRef:
-    return _unary(g, a, 0, "silu")
+    return unary(g, a, "silu")
 
 
 def relu(g: ComputeGraph, a: ValueRef) -> ValueRef:
-    return _unary(g, a, 1, "relu")
+    return unary(g, a, "relu")
 
 
 def gelu(g: ComputeGraph, a: ValueRef, approximate: str = "none") -> ValueRef:
     """GELU, exact (erf) form or ``approximate="tanh"``."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
-    return _unary(g, a, 2 if approximate == "none" else 3, "gelu")
+    return unary(g, a, "gelu" if approximate == "none" else "gelu_tanh")
 
 
 def layer_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef, eps: float = 1e-5) -> ValueRef:
@@ -264,13 +304,13 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
     return out
 
 
-def softmax(g: ComputeGraph, x: ValueRef) -> ValueRef:
-    """Softmax over the last dimension of a ``[M, D]`` tensor."""
+def softmax(g: ComputeGraph, x: ValueRef, log: bool = False) -> ValueRef:
+    """Softmax (or with ``log`` its logarithm) over the last dimension of a ``[M, D]`` tensor."""
     x, xt = _buffer(g, x, "softmax input")
     m, d = xt.shape
     out = g.add_tensor((m, d), np.float32)
     g.add_dispatch(DispatchNode("softmax", [out, x], struct.pack("<II", m, d), {0: LOCAL_SIZE},
-                                (min(m, g.max_groups_x), 1, 1)))
+                                (min(m, g.max_groups_x), 1, 1), {"LOG": int(log)}))
     return out
 
 
@@ -420,7 +460,111 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
     return out
 
 
+
+MAX_COPY_DIMS = 6  # glsl/copy_nd.glsl
+
+
+def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides, acc = [], 1
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= int(dim)
+    return strides[::-1]
+
+
+def strided_copy(g: ComputeGraph, out: ValueRef, src: ValueRef, size: Sequence[int], src_strides: Sequence[int],
+                 out_strides: Sequence[int], src_base: int = 0, out_base: int = 0) -> None:
+    """For every index ``i`` of ``size``: ``out[out_base + i . out_strides] = src[src_base + i .
+    src_strides]`` (elements of 32 bits; dims of size 1 are dropped, at most 6 remain)."""
+    dims = [(int(n), int(a), int(b)) for n, a, b in zip(size, src_strides, out_strides) if n != 1]
+    if len(dims) > MAX_COPY_DIMS:
+        raise ValueError(f"strided copy of {len(dims)} dims (at most {MAX_COPY_DIMS})")
+    dims = [(1, 0, 0)] * (MAX_COPY_DIMS - len(dims)) + dims
+    n = int(np.prod([d[0] for d in dims]))
+    if n == 0:
+        return
+    for ref in (out, src):
+        if g.values[ref].dtype.itemsize != 4:
+            raise TypeError(f"strided copy of {g.values[ref].name!r}: elements must be 32-bit")
+    push = struct.pack("<22I", n, src_base, out_base, 0, *(d[0] for d in dims), *(d[1] for d in dims),
+                       *(d[2] for d in dims))
+    g.add_dispatch(DispatchNode("copy_nd", [out, src], push, {0: LOCAL_SIZE}, _groups(g, n)))
+
+
+def permute(g: ComputeGraph, x: ValueRef, dims: Sequence[int]) -> ValueRef:
+    """``x`` with its dimensions reordered (as torch.permute)."""
+    x, xt = _buffer_any(g, x, "permute input")
+    if sorted(dims) != list(range(len(xt.shape))):
+        raise ValueError(f"permute: {list(dims)} is not a permutation of {len(xt.shape)} dims")
+    shape = [xt.shape[d] for d in dims]
+    out = g.add_tensor(shape, xt.dtype)
+    src = _contiguous_strides(xt.shape)
+    strided_copy(g, out, x, shape, [src[d] for d in dims], _contiguous_strides(shape))
+    return out
+
+
+def _buffer_any(g: ComputeGraph, ref: ValueRef, what: str) -> tuple[ValueRef, Tensor]:
+    """(ref, tensor) of a 32-bit device tensor of any dtype in buffer storage."""
+    t = g.values[ref]
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{what} must be a device tensor, got {type(t).__name__}")
+    if t.storage == "texture3d":
+        return _buffer(g, ref, what)
+    return ref, t
+
+
+REDUCE_OPS = {"sum": 0, "mean": 1, "max": 2, "min": 3, "any": 4}
+
+
+def reduce(g: ComputeGraph, x: ValueRef, dim: int, op: str, count: int = 1) -> ValueRef:
+    """Reduce ``count`` adjacent dims of ``x`` starting at ``dim`` with ``op`` (sum, mean, max,
+    min, any); the reduced dims are dropped from the shape."""
+    x, xt = _buffer(g, x, f"{op} input")
+    shape = list(xt.shape)
+    if not 0 <= dim or dim + count > len(shape):
+        raise ValueError(f"{op}: dims {dim}..{dim + count - 1} are outside a {len(shape)}-D tensor")
+    outer = int(np.prod(shape[:dim]))
+    r = int(np.prod(shape[dim:dim + count]))
+    inner = int(np.prod(shape[dim + count:]))
+    out = g.add_tensor(shape[:dim] + shape[dim + count:], np.float32)
+    g.add_dispatch(DispatchNode("reduce_dim", [out, x], struct.pack("<III", outer, r, inner), {0: LOCAL_SIZE},
+                                _groups(g, outer * inner), {"OP": REDUCE_OPS[op]}))
+    return out
+
+
+def pool2d(g: ComputeGraph, x: ValueRef, out_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
+           padding: tuple[int, int], dilation: tuple[int, int] = (1, 1), *, max_pool: bool,
+           count_include_pad: bool = True, divisor: int = 0) -> ValueRef:
+    """Max or average 2-D pooling of NCHW ``x`` into ``out_hw`` (the caller's output size:
+    ceil mode is in it)."""
+    x, xt = _buffer(g, x, "pool input")
+    if len(xt.shape) != 4:
+        raise ValueError(f"pool2d: input {xt.shape} must be NCHW")
+    n, c, h, w = xt.shape
+    ho, wo = out_hw
+    out = g.add_tensor((n, c, ho, wo), np.float32)
+    push = struct.pack("<14I", n * c, h, w, ho, wo, *kernel, *stride, *padding, *dilation, divisor)
+    g.add_dispatch(DispatchNode("pool2d", [out, x], push, {0: LOCAL_SIZE}, _groups(g, n * c * ho * wo),
+                                {"MAX": int(max_pool), "COUNT_PAD": int(count_include_pad)}))
+    return out
+
+
+def cast(g: ComputeGraph, x: ValueRef, dtype: Any) -> ValueRef:
+    """``x`` converted between int32 and float32 (to int: toward zero)."""
+    x, xt = _buffer_any(g, x, "cast input")
+    dtype = np.dtype(dtype)
+    if xt.dtype == dtype:
+        return x
+    if {xt.dtype, dtype} != {np.dtype(np.int32), np.dtype(np.float32)}:
+        raise TypeError(f"cast of {xt.name!r}: {xt.dtype} to {dtype} is not supported (int32 <-> float32)")
+    out = g.add_tensor(xt.shape, dtype)
+    n = int(np.prod(xt.shape))
+    g.add_dispatch(DispatchNode("cast", [out, x], struct.pack("<I", n), {0: LOCAL_SIZE}, _groups(g, n),
+                                {"TO_INT": int(dtype == np.int32)}))
+    return out
+
 __all__ = [
-    "add", "conv2d", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear", "matmul", "mean_pool",
-    "mul", "relu", "rms_norm", "rope", "sdpa", "silu", "softmax", "sub", "to_buffer", "to_texture",
+    "add", "binary", "cast", "conv2d", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear",
+    "matmul", "mean_pool", "mul", "permute", "pool2d", "reduce", "relu", "rms_norm", "rope", "sdpa", "silu",
+    "softmax", "strided_copy", "sub", "to_buffer", "to_texture", "unary", "where",
 ]

@@ -1,0 +1,244 @@
+"""Export the .pte fixtures in tests/data/programs/ with ExecuTorch's VulkanPartitioner.
+
+Run by hand in a virtual environment of its own (never by CI; vkgraph never imports torch):
+
+    python3 -m venv /tmp/etvenv
+    /tmp/etvenv/bin/pip install torch==2.13.0+cpu executorch==1.5.1 torchao
+    /tmp/etvenv/bin/python scripts/export_programs.py [--only NAME ...] [--out DIR]
+    /tmp/etvenv/bin/python scripts/export_programs.py --minilm DIR   # all-MiniLM-L6-v2 (not committed)
+
+Each program NAME gets NAME.pte and NAME.npz (input_0, ... in the program's input order and
+output_0, ... the eager PyTorch outputs). Inputs are random with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "programs"
+
+
+class MLP(nn.Module):
+    """linear, layer_norm, gelu, relu, softmax, log_softmax, residual add."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(32, 64), nn.Linear(64, 32), nn.Linear(32, 10)
+        self.norm = nn.LayerNorm(64)
+
+    def forward(self, x):
+        h = F.gelu(self.norm(self.fc1(x)))
+        h = x + torch.relu(self.fc2(h))
+        return torch.softmax(self.fc3(h), dim=-1), torch.log_softmax(self.fc3(h) * 0.5, dim=-1)
+
+
+class Encoder(nn.Module):
+    """A transformer encoder block: multi-head attention written out (view, permute, bmm,
+    softmax), layer norms, GELU feed-forward."""
+
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.heads, self.d = heads, d
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ff1, self.ff2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        dh = d // self.heads
+
+        def split(y):
+            return y.view(b, t, self.heads, dh).permute(0, 2, 1, 3)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(dh), dim=-1)
+        y = (att @ v).permute(0, 2, 1, 3).reshape(b, t, d)
+        x = self.ln1(x + self.o(y))
+        return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))
+
+
+class ConvNet(nn.Module):
+    """conv2d (+ bias, stride, padding, groups), relu, hardtanh (conv_with_clamp), max/avg pool,
+    mean over H and W, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.dw = nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(torch.relu(self.c1(x)), 2)
+        x = torch.clamp(self.c2(x), 0.0, 6.0)
+        x = F.avg_pool2d(torch.sigmoid(self.dw(x)) * x, 2)
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+class Elementwise(nn.Module):
+    """Elementwise, comparison and reduction ops, scalar and tensor forms, and shape ops."""
+
+    def forward(self, a, b):
+        c = (a - b) / (b.abs() + 1.0) + a * 2.0 - 0.5
+        d = torch.sqrt(a.abs() + 1e-3) + torch.rsqrt(b * b + 1.0) + torch.exp(-a.abs()) + torch.pow(b, 2.0)
+        e = torch.where(a > b, torch.tanh(c), torch.neg(d))
+        f = torch.cat([e, c.clamp(-1.0, 1.0)], dim=1)
+        s = f.sum(dim=-1, keepdim=True) + f.amax(dim=-1, keepdim=True) + f.mean(dim=1, keepdim=True)
+        g = F.hardtanh(f - s, -2.0, 2.0) * torch.sigmoid(a.unsqueeze(0)).expand(2, -1, -1).sum(0).repeat(1, 2)
+        return g[:, 1:7], g.select(1, 3), F.silu(g).permute(1, 0)
+
+
+class TinyLlama(nn.Module):
+    """A Llama-style decoder of two layers over a whole prompt: embedding, RMSNorm, RoPE (half
+    rotation), causal SDPA with grouped key/value heads, SiLU-gated MLP, tied-free LM head."""
+
+    def __init__(self, vocab=96, d=64, heads=4, kv_heads=2, layers=2, seq=16):
+        super().__init__()
+        self.heads, self.kv_heads, self.dh = heads, kv_heads, d // heads
+        self.emb = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList()
+        for _ in range(layers):
+            m = nn.Module()
+            m.wq, m.wk, m.wv, m.wo = (nn.Linear(d, o, bias=False) for o in (d, kv_heads * self.dh, kv_heads * self.dh, d))
+            m.w1, m.w3, m.w2 = nn.Linear(d, 2 * d, bias=False), nn.Linear(d, 2 * d, bias=False), nn.Linear(2 * d, d, bias=False)
+            m.n1, m.n2 = nn.Parameter(torch.rand(d) + 0.5), nn.Parameter(torch.rand(d) + 0.5)
+            self.layers.append(m)
+        self.norm = nn.Parameter(torch.rand(d) + 0.5)
+        self.head = nn.Linear(d, vocab, bias=False)
+        inv = 10000.0 ** (-torch.arange(0, self.dh, 2).float() / self.dh)
+        ang = torch.arange(seq).float()[:, None] * inv[None]
+        self.register_buffer("cos", torch.cat([ang.cos(), ang.cos()], -1))
+        self.register_buffer("sin", torch.cat([ang.sin(), ang.sin()], -1))
+
+    @staticmethod
+    def rms(x, w, eps=1e-5):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    def rope(self, x):
+        half = x.shape[-1] // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * self.cos + rot * self.sin
+
+    def forward(self, ids):
+        b, t = ids.shape
+        x = self.emb(ids)
+        for m in self.layers:
+            h = self.rms(x, m.n1)
+            q = m.wq(h).view(b, t, self.heads, self.dh).transpose(1, 2)
+            k = m.wk(h).view(b, t, self.kv_heads, self.dh).transpose(1, 2)
+            v = m.wv(h).view(b, t, self.kv_heads, self.dh).transpose(1, 2)
+            q, k = self.rope(q), self.rope(k)
+            rep = self.heads // self.kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + m.wo(y.transpose(1, 2).reshape(b, t, -1))
+            h = self.rms(x, m.n2)
+            x = x + m.w2(F.silu(m.w1(h)) * m.w3(h))
+        return self.head(self.rms(x, self.norm))
+
+
+class QuantMLP(nn.Module):
+    """Linears quantized by torchao: int8 dynamic activations, int4 weights in groups of 32."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(64, 128), nn.Linear(128, 32)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def _quantize(model):
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    return model
+
+
+def programs(gen: torch.Generator):
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    return {
+        "mlp": (MLP(), (rand(4, 32),)),
+        "encoder": (Encoder(), (rand(1, 16, 64),)),
+        "convnet": (ConvNet(), (rand(1, 3, 16, 16),)),
+        "elementwise": (Elementwise(), (rand(5, 8), rand(5, 8))),
+        "tiny_llama": (TinyLlama(), (torch.randint(0, 96, (1, 16), generator=gen),)),
+        "quant_mlp": (_quantize(QuantMLP()), (rand(4, 64),)),
+    }
+
+
+def export(name: str, model: nn.Module, inputs: tuple, out: Path) -> None:
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    model.eval()
+    with torch.no_grad():
+        ref = model(*inputs)
+        ep = torch.export.export(model, inputs)
+        prog = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()]).to_executorch()
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    (out / f"{name}.pte").write_bytes(prog.buffer)
+    arrays = {f"input_{i}": x.numpy() for i, x in enumerate(inputs)}
+    arrays.update({f"output_{i}": y.detach().contiguous().numpy() for i, y in enumerate(refs)})
+    np.savez(out / f"{name}.npz", **arrays)
+    print(f"{name}: {len(prog.buffer)} bytes, {len(inputs)} inputs, {len(refs)} outputs")
+
+
+def export_minilm(directory: str, out: Path) -> None:
+    """all-MiniLM-L6-v2's BERT encoder (mean pooling and normalisation included) from a checkpoint
+    directory (config.json, model.safetensors), for a batch of 3 sequences of 16 tokens."""
+    from transformers import BertConfig, BertModel
+
+    bert = BertModel(BertConfig.from_json_file(str(Path(directory) / "config.json")), add_pooling_layer=False)
+    from safetensors.torch import load_file
+
+    state = load_file(str(Path(directory) / "model.safetensors"))
+    bert.load_state_dict({k.removeprefix("bert."): v for k, v in state.items()}, strict=False)
+
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids, mask):
+            h = self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+            m = mask.unsqueeze(-1).float()
+            return F.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=-1)
+
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 20000, (3, 16), generator=gen)
+    mask = torch.ones(3, 16, dtype=torch.int64)
+    export("minilm", Embed(), (ids, mask), out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", nargs="*", help="export these programs only")
+    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--minilm", metavar="DIR", help="export all-MiniLM-L6-v2 from this checkpoint directory instead")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    if args.minilm:
+        export_minilm(args.minilm, out)
+        return 0
+    for name, (model, inputs) in programs(torch.Generator().manual_seed(0)).items():
+        if not args.only or name in args.only:
+            export(name, model, inputs, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

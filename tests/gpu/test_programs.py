@@ -1,0 +1,105 @@
+"""ExecuTorch programs exported with VulkanPartitioner (tests/data/programs, made by
+scripts/export_programs.py) run against the eager PyTorch outputs saved next to them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vkgraph.config import GraphConfig
+from vkgraph.pte import load_program
+
+from .conftest import assert_no_vulkan_messages, child_env
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "data" / "programs"
+FP32 = ["mlp", "encoder", "convnet", "elementwise", "tiny_llama"]
+
+
+def fixture(name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    with np.load(PROGRAMS / f"{name}.npz") as d:
+        count = lambda p: sum(k.startswith(p) for k in d.files)  # noqa: E731
+        return [d[f"input_{i}"] for i in range(count("input_"))], [d[f"output_{i}"] for i in range(count("output_"))]
+
+
+def load(name: str, device, **cfg):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "asks for texture3d storage": every exported delegate does
+        return load_program(PROGRAMS / f"{name}.pte", GraphConfig().replace(**cfg), device=device)
+
+
+def assert_close(got: list[np.ndarray], refs: list[np.ndarray], tol: float = 1e-3) -> None:
+    assert len(got) == len(refs)
+    for k, (y, ref) in enumerate(zip(got, refs)):
+        assert y.shape == ref.shape and y.dtype == ref.dtype, f"output_{k}: {y.shape} {y.dtype} vs {ref.shape} {ref.dtype}"
+        err = np.abs(y.astype(np.float64) - ref).max()
+        assert err <= tol * max(1.0, np.abs(ref).max()), f"output_{k}: max |error| {err}"
+
+
+@pytest.mark.parametrize("name", FP32)
+def test_program_matches_pytorch(device, name):
+    inputs, refs = fixture(name)
+    with load(name, device) as prog:
+        assert [s.shape for s in prog.inputs] == [x.shape for x in inputs]
+        assert prog.report.nodes > 0 and prog.report.total_constant_nbytes > 0
+        assert_close(prog.run(*inputs), refs)
+        assert_close(prog.run(*inputs), refs)  # the recorded command buffers run again
+
+
+def test_legacy_and_staged_loads_agree(device):
+    inputs, refs = fixture("encoder")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from vkgraph.pte.program import Program
+
+        with Program(PROGRAMS / "encoder.pte", GraphConfig(), device, legacy=True) as prog:
+            assert prog.report.mode == "legacy"
+            legacy = prog.run(*inputs)
+    with load("encoder", device, prepack__threshold_nbytes=4096, prepack__initial_threshold_nbytes=4096) as prog:
+        assert prog.report.mode == "staged" and len(prog.report.spans) > 1
+        staged = prog.run(*inputs)
+    np.testing.assert_array_equal(legacy[0], staged[0])
+    assert_close(staged, refs)
+
+
+def test_wrong_inputs_name_the_input(device):
+    inputs, _ = fixture("elementwise")
+    with load("elementwise", device) as prog:
+        with pytest.raises(ValueError, match=r"input_1 must be \(5, 8\) float32, got \(5, 7\) float32"):
+            prog.run(inputs[0], inputs[1][:, :7])
+        with pytest.raises(ValueError, match=r"input_0 must be \(5, 8\) float32, got \(5, 8\) float64"):
+            prog.run(inputs[0].astype(np.float64), inputs[1])
+        with pytest.raises(ValueError, match="takes 2 inputs"):
+            prog.run(inputs[0])
+
+
+def test_cli_runs_a_program_with_inputs_and_saves_outputs(tmp_path):
+    out = tmp_path / "out.npz"
+    proc = subprocess.run([sys.executable, "-m", "vkgraph", "run", "--model", str(PROGRAMS / "tiny_llama.pte"),
+                           "--inputs", str(PROGRAMS / "tiny_llama.npz"), "--save", str(out), "--json"],
+                          capture_output=True, text=True, env=child_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert_no_vulkan_messages(proc.stderr)
+    summary = json.loads(proc.stdout)
+    assert summary["outputs"][0]["shape"] == [1, 16, 96] and summary["load"]["mode"] == "staged"
+    _, refs = fixture("tiny_llama")
+    with np.load(out) as d:
+        assert_close([d["output_0"]], refs)
+
+
+def test_cli_lists_ops_and_refuses_unsupported_programs():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "vkgraph", "run", "--model", *a],  # noqa: E731
+                                    capture_output=True, text=True, env=child_env(), timeout=300)
+    listed = run(str(PROGRAMS / "quant_mlp.pte"), "--list-ops")
+    assert listed.returncode == 1
+    assert "et_vk.linear_dq8ca_q4gsw.default" in listed.stdout and " NO" in listed.stdout
+    refused = run(str(PROGRAMS / "quant_mlp.pte"))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "node 0 (torchao.choose_qparams_affine.default)" in refused.stderr
+    ok = run(str(PROGRAMS / "convnet.pte"), "--list-ops")
+    assert ok.returncode == 0 and "aten::mean.out" in ok.stdout

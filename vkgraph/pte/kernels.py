@@ -1,0 +1,154 @@
+"""Numpy kernels of ExecuTorch ops, by name: the program's KernelCalls between delegates (the
+portable ops ExecuTorch runs on the CPU: ``aten::mean.out`` ...) and constant folding inside a
+delegate (ops whose inputs are all known when the graph is built: masks from ``full``,
+``arange``, comparisons). A kernel takes the op's inputs (arrays, numbers, lists, None) in schema
+order and returns its output (a tuple for several)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+
+def _dims(x: np.ndarray, dims: Any) -> tuple[int, ...] | None:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return None  # every dim
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    return tuple(d % max(x.ndim, 1) for d in dims)
+
+
+def _reduction(fn: Callable) -> Callable:
+    def k(x, dims=None, keepdim=False, *_):
+        return fn(np.asarray(x), axis=_dims(np.asarray(x), dims), keepdims=bool(keepdim))
+    return k
+
+
+def _sum(x, axis, keepdims):
+    return np.sum(x, axis=axis, keepdims=keepdims, dtype=np.float32 if x.dtype.kind == "f" else np.int64)
+
+
+def _slice(x, dim=0, start=None, end=None, step=1):
+    idx = [slice(None)] * x.ndim
+    idx[dim] = slice(start, end, step)
+    return x[tuple(idx)]
+
+
+def _squeeze(x, dims=None):
+    dims = _dims(x, dims)
+    if dims is None:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(d for d in dims if x.shape[d] == 1))
+
+
+def _expand(x, size, implicit=False):
+    size = tuple(x.shape[i - (len(size) - x.ndim)] if s == -1 else s for i, s in enumerate(size))
+    return np.broadcast_to(x, size).copy()
+
+
+def _erf(x):
+    # Abramowitz & Stegun 7.1.26, as glsl/unary.glsl (numpy has no erf)
+    s, a = np.sign(x), np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return s * (1.0 - poly * np.exp(-a * a))
+
+
+def _gelu(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf(x / np.sqrt(2.0)))
+
+
+def _softmax(x, dim=-1, half=False):
+    e = np.exp(x - x.max(axis=dim, keepdims=True))
+    return e / e.sum(axis=dim, keepdims=True)
+
+
+def _log_softmax(x, dim=-1, half=False):
+    m = x.max(axis=dim, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=dim, keepdims=True))
+
+
+def _layer_norm(x, shape, w=None, b=None, eps=1e-5):
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = x.var(axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    y = (x - mean) * rstd
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y, mean, rstd
+
+
+def _full(size, value, *_):
+    return np.full(tuple(size), value)
+
+
+def _arange(start, end=None, step=1, *_):
+    return np.arange(start, end, step)
+
+
+def _where(c, a, b):
+    return np.where(np.asarray(c).astype(bool), a, b)
+
+
+def _linear(x, w, b=None):
+    y = x @ w.T
+    return y if b is None else y + b
+
+
+def _clamp(x, lo=None, hi=None):
+    return np.clip(x, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+
+
+KERNELS: dict[str, Callable[..., Any]] = {
+    # elementwise
+    "add": lambda a, b, alpha=1: np.add(a, np.multiply(b, alpha) if alpha != 1 else b),
+    "sub": lambda a, b, alpha=1: np.subtract(a, np.multiply(b, alpha) if alpha != 1 else b),
+    "rsub": lambda a, b, alpha=1: np.subtract(b, np.multiply(a, alpha) if alpha != 1 else a),
+    "mul": np.multiply, "div": lambda a, b, *_: np.true_divide(a, b), "pow": np.power,
+    "maximum": np.maximum, "minimum": np.minimum,
+    "gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal, "eq": np.equal, "ne": np.not_equal,
+    "logical_and": lambda a, b: np.logical_and(a, b), "logical_or": lambda a, b: np.logical_or(a, b),
+    "logical_not": np.logical_not, "bitwise_not": lambda a: np.logical_not(a) if a.dtype == bool else ~a,
+    "where": _where, "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "rsqrt": lambda a: 1.0 / np.sqrt(a), "reciprocal": lambda a: 1.0 / a,
+    "sigmoid": lambda a: 1.0 / (1.0 + np.exp(-a)), "tanh": np.tanh, "relu": lambda a: np.maximum(a, 0),
+    "silu": lambda a: a / (1.0 + np.exp(-a)), "gelu": _gelu, "clamp": _clamp, "hardtanh": _clamp,
+    # reductions
+    "sum": _reduction(_sum), "mean": _reduction(np.mean), "amax": _reduction(np.max), "amin": _reduction(np.min),
+    "any": _reduction(np.any),
+    # shapes and copies
+    "view_copy": lambda x, size: np.reshape(x, tuple(size)), "_unsafe_view": lambda x, size: np.reshape(x, tuple(size)),
+    "reshape": lambda x, size: np.reshape(x, tuple(size)),
+    "permute_copy": lambda x, dims: np.transpose(x, tuple(dims)), "permute": lambda x, dims: np.transpose(x, tuple(dims)),
+    "unsqueeze_copy": lambda x, d: np.expand_dims(x, d % (x.ndim + 1)), "squeeze_copy": _squeeze,
+    "select_copy": lambda x, d, i: np.take(x, i, axis=d), "slice_copy": _slice,
+    "cat": lambda xs, dim=0: np.concatenate(xs, axis=dim), "expand_copy": _expand,
+    "repeat": lambda x, reps: np.tile(x, tuple(reps)), "clone": lambda x, *_: np.array(x),
+    "_to_copy": lambda x, *_: np.array(x), "alias_copy": lambda x: np.array(x),
+    # creation
+    "full": _full, "full_like": lambda x, value, *_: np.full(np.shape(x), value),
+    "zeros": lambda size, *_: np.zeros(tuple(size)), "zeros_like": lambda x, *_: np.zeros(np.shape(x)),
+    "ones": lambda size, *_: np.ones(tuple(size)), "ones_like": lambda x, *_: np.ones(np.shape(x)),
+    "arange": _arange, "scalar_tensor": lambda s, *_: np.array(s),
+    # compute
+    "linear": _linear, "mm": np.matmul, "bmm": np.matmul, "matmul": np.matmul,
+    "addmm": lambda b, x, w, beta=1, alpha=1: beta * b + alpha * (x @ w),
+    "_softmax": _softmax, "softmax": _softmax, "_log_softmax": _log_softmax, "log_softmax": _log_softmax,
+    "native_layer_norm": _layer_norm, "embedding": lambda w, ids, *_: w[np.asarray(ids)],
+}
+
+
+def op_key(name: str) -> str:
+    """The kernel name of an ET-VK or ExecuTorch op name: ``aten.mean.dim`` and ``aten::mean.out``
+    are both ``mean``."""
+    base = name.replace("::", ".").split(".")
+    return base[1] if len(base) > 1 else base[0]
+
+
+def kernel(name: str) -> Callable[..., Any] | None:
+    return KERNELS.get(op_key(name))

@@ -1,0 +1,525 @@
+"""A VkGraph (one ET-VK delegate) becomes a ComputeGraph: constants become TensorRefs over the
+mapped file (packed by prepack nodes), and each OperatorCall goes through :data:`OPS`, the one
+table from ET-VK op names to vkgraph op builders.
+
+Conventions (ARCHITECTURE.md §7): every device tensor is a float32 buffer (bool as 0.0/1.0)
+except int32 ids that a graph receives or an embedding reads; a reshape is a view (no copy).
+Ops whose inputs are all constants are folded on the CPU by the numpy kernels
+(:mod:`.kernels`). The last argument of an OperatorCall is its output (a value list for
+several)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import ops
+from ..errors import UnsupportedOpError
+from ..graph.compute_graph import ComputeGraph
+from ..graph.values import ArraySource, LazySource, Tensor, ValueRef
+from . import kernels
+from .reader import OperatorCall, PteFile, VkGraphInfo
+
+FOLD_MAX_ELEMENTS = 1 << 20  # constant folding on the CPU is for masks and small tables
+_INT = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.int16), np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def device_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a graph input of ``dtype`` has on the device."""
+    return np.dtype(np.int32) if np.dtype(dtype) in _INT else np.dtype(np.float32)
+
+
+class Lowering:
+    """Builds one delegate's nodes into ``g``; ``inputs``/``outputs`` name its IO in order."""
+
+    def __init__(self, g: ComputeGraph, pte: PteFile, info: VkGraphInfo, label: str):
+        self.g, self.pte, self.info, self.label = g, pte, info, label
+        self.refs: dict[int, ValueRef] = {}  # VkValue index -> device tensor (or TensorRef for constants)
+        self.consts: dict[int, np.ndarray] = {}  # folded values
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self.node: OperatorCall | None = None
+
+    # --- values -------------------------------------------------------------------------------
+
+    def vk(self, i: int):
+        return self.info.values[i]
+
+    def dims(self, i: int) -> tuple[int, ...]:
+        return self.vk(i).value.dims
+
+    def arg(self, i: int) -> Any:
+        """A non-tensor argument as a Python value (None for null)."""
+        v = self.vk(i)
+        if v.kind == "tensor":
+            raise self.error(f"argument {i} is a tensor where a {v.kind} was expected")
+        return v.value
+
+    def const(self, i: int) -> np.ndarray | None:
+        """The value of tensor ``i`` when it is known on the CPU (a constant or a folded op)."""
+        if i in self.consts:
+            return self.consts[i]
+        t = self.vk(i).value
+        if self.vk(i).kind == "tensor" and t.constant_id >= 0:
+            off, _ = self.info.constants[t.constant_id]
+            nbytes = int(np.prod(t.dims, dtype=np.int64)) * t.dtype.itemsize
+            return self.pte.array(off, nbytes, t.dtype, t.dims)
+        return None
+
+    def weight(self, i: int) -> ValueRef:
+        """A constant as a TensorRef (ops pack it as they need: linear 4x4, conv2d, identity);
+        a runtime tensor as itself."""
+        if i in self.refs:
+            return self.refs[i]
+        t = self.vk(i).value
+        arr = self.const(i)
+        if arr is None:
+            raise self.error(f"value {i} is used before any op computed it")
+        name = f"{self.label}.c{t.constant_id}" if t.constant_id >= 0 and i not in self.consts else f"{self.label}.v{i}"
+        if t.constant_id >= 0 and i not in self.consts and t.dtype in (np.float32, np.int32):
+            off, _ = self.info.constants[t.constant_id]
+            src = ArraySource(arr, mapping=self.pte.mapping, offset=off, path=self.pte.path)
+            ref = self.g.add_tensorref(src, name, shape=t.dims, dtype=t.dtype)
+        else:  # folded, or stored in another dtype: float32 on the device (bool as 0/1)
+            want = np.int32 if t.dtype in _INT and arr.dtype.kind in "iu" and t.dtype != np.bool_ else np.float32
+            if t.constant_id >= 0 and i not in self.consts:
+                ref = self.g.add_tensorref(LazySource(int(np.prod(t.dims)) * 4, lambda a=arr, w=want: a.astype(w)),
+                                           name, shape=t.dims, dtype=want)
+            else:
+                ref = self.g.add_tensorref(np.ascontiguousarray(np.asarray(arr).astype(want)).reshape(t.dims), name)
+        self.refs[i] = ref
+        return ref
+
+    def t(self, i: int) -> ValueRef:
+        """Tensor ``i`` on the device as float32."""
+        ref = self.refs.get(i)
+        if ref is None or not isinstance(self.g.values[ref], Tensor):
+            ref = self.g.prepack_tensor(self.weight(i))
+            self.refs[i] = ref
+        if self.g.values[ref].dtype != np.float32:
+            ref = ops.cast(self.g, ref, np.float32)
+        return ref
+
+    def ids(self, i: int) -> ValueRef:
+        """Tensor ``i`` on the device as int32 (indices)."""
+        ref = self.refs.get(i)
+        if ref is None or not isinstance(self.g.values[ref], Tensor):
+            ref = self.g.prepack_tensor(self.weight(i))
+        return ops.cast(self.g, ref, np.int32)
+
+    def set(self, i: int, ref: ValueRef) -> None:
+        """Tensor ``i`` is ``ref``, viewed in ``i``'s dims when they differ."""
+        want = self.dims(i)
+        if tuple(self.g.values[ref].shape) != want:
+            ref = self.g.add_view(ref, want)
+        self.refs[i] = ref
+
+    def error(self, reason: str) -> UnsupportedOpError:
+        node = self.node
+        at = f"node {node.node_id} ({node.name})" if node else "graph"
+        return UnsupportedOpError(f"{self.pte.path}: delegate {self.label}, {at}: {reason}")
+
+    # --- building -----------------------------------------------------------------------------
+
+    def build(self) -> None:
+        info, g = self.info, self.g
+        storages = {v.value.storage or info.storage_override for v in info.values if v.kind == "tensor"}
+        if storages - {"", "buffer"}:
+            warnings.warn(f"{self.pte.path}: delegate {self.label} asks for {', '.join(sorted(storages - {''}))} "
+                          "storage; vkgraph runs its tensors in buffers", stacklevel=3)
+        for k, i in enumerate(info.input_ids):
+            t = self.vk(i).value
+            name = f"{self.label}.input_{k}"
+            self.refs[i] = g.add_input(t.dims, device_dtype(t.dtype), name)
+            self.inputs.append(name)
+        for node in info.chain:
+            self.node = node
+            self.lower(node)
+        self.node = None
+        for k, i in enumerate(info.output_ids):
+            name = f"{self.label}.output_{k}"
+            ref = self.refs.get(i)
+            if ref is None or not isinstance(g.values[ref], Tensor):
+                ref = self.t(i)
+            g.set_output(ref, name)
+            self.outputs.append(name)
+
+    def lower(self, node: OperatorCall) -> None:
+        args = node.args
+        if self._fold(node):
+            return
+        handler = OPS.get(node.name)
+        if handler is None:
+            raise self.error("the op is not supported by vkgraph")
+        try:
+            handler(self, *args)
+        except UnsupportedOpError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise self.error(f"{type(exc).__name__}: {exc}") from None
+
+    def _fold(self, node: OperatorCall) -> bool:
+        fn = kernels.kernel(node.name)
+        if fn is None or node.name in NEVER_FOLD:
+            return False
+        *ins, out = node.args
+        values = []
+        for i in ins:
+            v = self.vk(i)
+            if v.kind == "tensor":
+                c = self.const(i)
+                if c is None:
+                    if node.name in SHAPE_ONLY:  # full_like: only the shape of its input matters
+                        c = np.zeros(self.dims(i), np.float32)
+                    else:
+                        return False
+                values.append(c)
+            elif v.kind == "value_list":
+                items = [self.const(j) for j in v.value]
+                if any(c is None for c in items):
+                    return False
+                values.append(items)
+            else:
+                values.append(v.value)
+        outs = self.vk(out).value if self.vk(out).kind == "value_list" else (out,)
+        if sum(int(np.prod(self.dims(o))) for o in outs) > FOLD_MAX_ELEMENTS:
+            return False
+        result = fn(*values)
+        results = result if isinstance(result, tuple) else (result,)
+        for o, r in zip(outs, results):
+            t = self.vk(o).value
+            self.consts[o] = np.asarray(r).astype(t.dtype).reshape(t.dims)
+        return True
+
+
+# --- op builders: (lowering, *argument value indices) -------------------------------------------
+
+def _binary(op: str, alpha_arg: bool = False) -> Callable:
+    def build(L: Lowering, a: int, b: int, *rest: int) -> None:
+        out = rest[-1]
+        alpha = float(L.arg(rest[0])) if alpha_arg and len(rest) > 1 else 1.0
+        va, vb = L.vk(a), L.vk(b)
+        if vb.kind != "tensor":  # Scalar overloads
+            s = float(vb.value)
+            if op in ("add", "sub", "mul", "div"):
+                p0, p1 = {"add": (1.0, alpha * s), "sub": (1.0, -alpha * s), "mul": (s, 0.0), "div": (1.0 / s, 0.0)}[op]
+                L.set(out, ops.unary(L.g, L.t(a), "affine", p0, p1))
+            elif op == "pow":
+                L.set(out, ops.unary(L.g, L.t(a), "pow", s))
+            else:
+                L.set(out, ops.unary(L.g, L.t(a), op, s))
+            return
+        if va.kind != "tensor":
+            raise L.error(f"a scalar first operand of {op} is not supported")
+        bref = L.weight(b) if L.const(b) is not None else L.t(b)
+        if L.g.values[bref].dtype != np.float32:
+            bref = L.t(b)
+        L.set(out, ops.binary(L.g, L.t(a), bref, op, alpha))
+    return build
+
+
+def _unary(op: str, *params: str) -> Callable:
+    def build(L: Lowering, x: int, *rest: int) -> None:
+        out = rest[-1]
+        vals = [L.arg(i) for i in rest[:-1]]
+        if op == "clamp":
+            lo = -3.4e38 if vals[0] is None else max(float(vals[0]), -3.4e38)
+            hi = 3.4e38 if len(vals) < 2 or vals[1] is None else min(float(vals[1]), 3.4e38)
+            L.set(out, ops.unary(L.g, L.t(x), "clamp", lo, hi))
+        elif op == "gelu":
+            L.set(out, ops.gelu(L.g, L.t(x), vals[0] if vals else "none"))
+        elif op == "pow":
+            L.set(out, ops.unary(L.g, L.t(x), "pow", float(vals[0])))
+        else:
+            L.set(out, ops.unary(L.g, L.t(x), op))
+    return build
+
+
+def _rsub(L: Lowering, a: int, b: int, alpha: int, out: int) -> None:
+    L.set(out, ops.unary(L.g, L.t(a), "affine", -float(L.arg(alpha)), float(L.arg(b))))
+
+
+def _where(L: Lowering, c: int, a: int, b: int, out: int) -> None:
+    refs = [L.weight(i) if L.const(i) is not None else L.t(i) for i in (c, a, b)]
+    refs = [r if L.g.values[r].dtype == np.float32 else L.t(i) for r, i in zip(refs, (c, a, b))]
+    L.set(out, ops.where(L.g, *refs))
+
+
+def _last_dim_op(L: Lowering, x: int, dim: int, fn: Callable[[ValueRef], ValueRef]) -> ValueRef:
+    """Apply a last-dimension op along ``dim`` (moving it last and back)."""
+    shape = L.dims(x)
+    nd = max(len(shape), 1)
+    d = dim % nd
+    ref = L.t(x)
+    if d != nd - 1:
+        perm = [i for i in range(nd) if i != d] + [d]
+        ref = ops.permute(L.g, ref, perm)
+        moved = [shape[i] for i in perm]
+    else:
+        moved = list(shape) or [1]
+    flat = L.g.add_view(ref, (int(np.prod(moved[:-1])), moved[-1]))
+    y = L.g.add_view(fn(flat), moved)
+    if d != nd - 1:
+        y = ops.permute(L.g, y, list(np.argsort(perm)))
+    return y
+
+
+def _softmax(log: bool) -> Callable:
+    def build(L: Lowering, x: int, dim: int, half: int, out: int) -> None:
+        L.set(out, _last_dim_op(L, x, int(L.arg(dim)), lambda r: ops.softmax(L.g, r, log=log)))
+    return build
+
+
+def _optional_weight(L: Lowering, i: int, d: int, fill: float, name: str) -> ValueRef:
+    if L.vk(i).kind == "null":
+        return L.g.add_tensorref(np.full(d, fill, np.float32), f"{L.label}.{name}{len(L.g.values)}")
+    return L.weight(i)
+
+
+def _layer_norm(L: Lowering, x: int, shape: int, w: int, b: int, eps: int, out: int) -> None:
+    dims = L.dims(x)
+    d = int(np.prod(L.arg(shape)))
+    flat = L.g.add_view(L.t(x), (int(np.prod(dims)) // d, d))
+    y = ops.layer_norm(L.g, flat, _optional_weight(L, w, d, 1.0, "ln_w"), _optional_weight(L, b, d, 0.0, "ln_b"),
+                       float(L.arg(eps)))
+    outs = L.arg(out) if L.vk(out).kind == "value_list" else (out,)
+    L.set(outs[0], y)
+
+
+def _rms_norm(L: Lowering, x: int, w: int, eps: int, out: int) -> None:
+    dims = L.dims(x)
+    flat = L.g.add_view(L.t(x), (int(np.prod(dims[:-1])), dims[-1]))
+    L.set(out, ops.rms_norm(L.g, flat, _optional_weight(L, w, dims[-1], 1.0, "rms_w"), float(L.arg(eps))))
+
+
+def _linear(L: Lowering, x: int, w: int, b: int, out: int) -> None:
+    dims = L.dims(x)
+    k = dims[-1]
+    flat = L.g.add_view(L.t(x), (int(np.prod(dims[:-1])), k))
+    bias = None if L.vk(b).kind == "null" else L.weight(b)
+    if L.const(w) is not None and L.vk(w).value.dtype == np.float32:
+        y = ops.linear(L.g, flat, L.weight(w), bias)
+    else:
+        y = ops.matmul(L.g, flat, L.t(w), transpose_b=True)
+        if bias is not None:
+            y = ops.add(L.g, y, bias)
+    L.set(out, y)
+
+
+def _matmul(L: Lowering, a: int, b: int, out: int) -> None:
+    bref = L.weight(b) if L.const(b) is not None else L.t(b)
+    L.set(out, ops.matmul(L.g, L.t(a), bref))
+
+
+def _addmm(L: Lowering, bias: int, a: int, b: int, beta: int, alpha: int, out: int) -> None:
+    y = _matmul_ref(L, a, b)
+    if float(L.arg(alpha)) != 1.0:
+        y = ops.unary(L.g, y, "affine", float(L.arg(alpha)), 0.0)
+    bref = L.weight(bias) if L.const(bias) is not None else L.t(bias)
+    L.set(out, ops.binary(L.g, y, bref, "add", float(L.arg(beta))))
+
+
+def _matmul_ref(L: Lowering, a: int, b: int) -> ValueRef:
+    bref = L.weight(b) if L.const(b) is not None else L.t(b)
+    return ops.matmul(L.g, L.t(a), bref)
+
+
+def _conv(L: Lowering, x: int, w: int, b: int, stride: int, pad: int, dil: int, transposed: int, out_pad: int,
+          groups: int, *rest: int) -> None:
+    out = rest[-1]
+    if L.arg(transposed):
+        raise L.error("transposed convolution is not supported")
+    if L.const(w) is None:
+        raise L.error("a convolution weight computed at run time is not supported")
+    if len(L.dims(x)) != 4:
+        raise L.error(f"only 2-D convolution (NCHW input) is supported, not input {L.dims(x)}")
+    bias = None if L.vk(b).kind == "null" else L.weight(b)
+    y = ops.conv2d(L.g, L.t(x), L.weight(w), bias, stride=tuple(L.arg(stride)), padding=tuple(L.arg(pad)),
+                   dilation=tuple(L.arg(dil)), groups=int(L.arg(groups)))
+    y = ops.to_buffer(L.g, y)
+    if len(rest) == 3:  # et_vk.conv_with_clamp: output_min, output_max
+        lo, hi = (L.arg(i) for i in rest[:2])
+        lo = -3.4e38 if lo is None else max(float(lo), -3.4e38)
+        hi = 3.4e38 if hi is None else min(float(hi), 3.4e38)
+        y = ops.unary(L.g, y, "clamp", lo, hi)
+    L.set(out, y)
+
+
+def _pair(v: Sequence[int] | None, default: int) -> tuple[int, int]:
+    v = tuple(v or ())
+    if not v:
+        return (default, default)
+    return (int(v[0]), int(v[-1]))
+
+
+def _max_pool(L: Lowering, x: int, k: int, stride: int, pad: int, dil: int, ceil: int, out: int) -> None:
+    outs = L.arg(out) if L.vk(out).kind == "value_list" else (out,)
+    kernel = _pair(L.arg(k), 1)
+    y = ops.pool2d(L.g, L.t(x), L.dims(outs[0])[-2:], kernel, _pair(L.arg(stride), 0) if L.arg(stride) else kernel,
+                   _pair(L.arg(pad), 0), _pair(L.arg(dil), 1), max_pool=True)
+    L.set(outs[0], y)
+
+
+def _avg_pool(L: Lowering, x: int, k: int, stride: int, pad: int, ceil: int, count_pad: int, divisor: int,
+              out: int) -> None:
+    kernel = _pair(L.arg(k), 1)
+    y = ops.pool2d(L.g, L.t(x), L.dims(out)[-2:], kernel, _pair(L.arg(stride), 0) if L.arg(stride) else kernel,
+                   _pair(L.arg(pad), 0), max_pool=False, count_include_pad=bool(L.arg(count_pad)),
+                   divisor=int(L.arg(divisor) or 0))
+    L.set(out, y)
+
+
+def _reduce(op: str) -> Callable:
+    def build(L: Lowering, x: int, dims: int, keepdim: int, *rest: int) -> None:
+        out = rest[-1]
+        shape = L.dims(x)
+        nd = max(len(shape), 1)
+        ds = L.arg(dims)
+        ds = sorted({int(d) % nd for d in ((ds,) if isinstance(ds, int) else (ds or range(nd)))}, reverse=True)
+        ref = L.t(x) if shape else L.g.add_view(L.t(x), (1,))
+        # adjacent dims reduce in one dispatch; others one after another (highest first)
+        groups: list[list[int]] = []
+        for d in ds:
+            if groups and groups[-1][-1] == d + 1:
+                groups[-1].append(d)
+            else:
+                groups.append([d])
+        for grp in groups:
+            ref = ops.reduce(L.g, ref, grp[-1], op, len(grp))
+        L.set(out, ref)
+    return build
+
+
+def _view(L: Lowering, x: int, *rest: int) -> None:
+    ref = L.refs.get(rest[-1])
+    src = L.refs.get(x)
+    if src is not None and isinstance(L.g.values[src], Tensor) and L.g.values[src].dtype != np.float32:
+        L.set(rest[-1], src)  # ids keep their int32
+    else:
+        L.set(rest[-1], L.t(x))
+
+
+def _permute(L: Lowering, x: int, dims: int, out: int) -> None:
+    nd = len(L.dims(x))
+    L.set(out, ops.permute(L.g, L.t(x), [int(d) % nd for d in L.arg(dims)]))
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    return ops._contiguous_strides(shape)
+
+
+def _select(L: Lowering, x: int, dim: int, index: int, out: int) -> None:
+    shape = L.dims(x)
+    d = int(L.arg(dim)) % len(shape)
+    i = int(L.arg(index)) % shape[d]
+    st = _strides(shape)
+    size = [s for k, s in enumerate(shape) if k != d]
+    y = L.g.add_tensor(size, np.float32)
+    ops.strided_copy(L.g, y, L.t(x), size, [s for k, s in enumerate(st) if k != d], _strides(size), i * st[d])
+    L.set(out, y)
+
+
+def _slice(L: Lowering, x: int, dim: int, start: int, end: int, step: int, out: int) -> None:
+    shape = L.dims(x)
+    d = int(L.arg(dim)) % len(shape)
+    s = L.arg(start)
+    s = 0 if s is None else int(s)
+    s = max(0, min(shape[d], s + shape[d] if s < 0 else s))
+    size = list(L.dims(out))
+    st = _strides(shape)
+    src = list(st)
+    src[d] *= int(L.arg(step) or 1)
+    y = L.g.add_tensor(size, np.float32)
+    ops.strided_copy(L.g, y, L.t(x), size, src, _strides(size), s * st[d])
+    L.set(out, y)
+
+
+def _cat(L: Lowering, xs: int, dim: int, out: int) -> None:
+    shape = L.dims(out)
+    d = int(L.arg(dim)) % len(shape)
+    y = L.g.add_tensor(shape, np.float32)
+    ost = _strides(shape)
+    offset = 0
+    for i in L.arg(xs):
+        part = L.dims(i)
+        if int(np.prod(part)) == 0:
+            continue
+        ops.strided_copy(L.g, y, L.t(i), part, _strides(part), ost, 0, offset * ost[d])
+        offset += part[d]
+    L.set(out, y)
+
+
+def _expand(L: Lowering, x: int, size: int, *rest: int) -> None:
+    out = rest[-1]
+    shape = L.dims(out)
+    src_shape = (1,) * (len(shape) - len(L.dims(x))) + tuple(L.dims(x))
+    src = [0 if n == 1 and m != 1 else s for n, m, s in zip(src_shape, shape, _strides(src_shape))]
+    y = L.g.add_tensor(shape, np.float32)
+    ops.strided_copy(L.g, y, L.t(x), shape, src, _strides(shape))
+    L.set(out, y)
+
+
+def _repeat(L: Lowering, x: int, reps: int, out: int) -> None:
+    reps = [int(r) for r in L.arg(reps)]
+    src_shape = (1,) * (len(reps) - len(L.dims(x))) + tuple(L.dims(x))
+    # out viewed as (r0, s0, r1, s1, ...): the repetitions have stride 0 in the source
+    size, src, dst = [], [], []
+    ost = _strides([r * s for r, s in zip(reps, src_shape)])
+    for r, s, ss, os_ in zip(reps, src_shape, _strides(src_shape), ost):
+        size += [r, s]
+        src += [0, ss]
+        dst += [os_ * s, os_]
+    y = L.g.add_tensor(L.dims(out), np.float32)
+    ops.strided_copy(L.g, y, L.t(x), size, src, dst)
+    L.set(out, y)
+
+
+def _embedding(L: Lowering, w: int, ids: int, *rest: int) -> None:
+    out = rest[-1]
+    flat = L.g.add_view(L.ids(ids), (int(np.prod(L.dims(ids))),))
+    L.set(out, ops.embedding(L.g, flat, L.weight(w)))
+
+
+OPS: dict[str, Callable[..., None]] = {
+    "et_vk.prepack.default": _view,
+    "aten.add.Tensor": _binary("add", alpha_arg=True), "aten.sub.Tensor": _binary("sub", alpha_arg=True),
+    "aten.add.Scalar": _binary("add", alpha_arg=True), "aten.sub.Scalar": _binary("sub", alpha_arg=True),
+    "aten.mul.Tensor": _binary("mul"), "aten.mul.Scalar": _binary("mul"),
+    "aten.div.Tensor": _binary("div"), "aten.div.Scalar": _binary("div"),
+    "aten.pow.Tensor_Tensor": _binary("pow"), "aten.pow.Tensor_Scalar": _unary("pow"),
+    "aten.rsub.Scalar": _rsub, "aten.maximum.default": _binary("maximum"), "aten.minimum.default": _binary("minimum"),
+    "aten.logical_and.default": _binary("logical_and"), "aten.logical_or.default": _binary("logical_or"),
+    "aten.logical_not.default": _unary("logical_not"), "aten.bitwise_not.default": _unary("logical_not"),
+    "aten.where.self": _where,
+    **{f"aten.{c}.{k}": _binary(c) for c in ("gt", "lt", "ge", "le", "eq", "ne") for k in ("Tensor", "Scalar")},
+    **{f"aten.{u}.default": _unary(u) for u in ("relu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "neg", "abs",
+                                                 "log", "silu")},
+    "aten.gelu.default": _unary("gelu"), "aten.hardtanh.default": _unary("clamp"), "aten.clamp.default": _unary("clamp"),
+    "aten._softmax.default": _softmax(False), "aten._log_softmax.default": _softmax(True),
+    "aten.native_layer_norm.default": _layer_norm, "et_vk.rms_norm.default": _rms_norm,
+    "aten.linear.default": _linear, "aten.mm.default": _matmul, "aten.bmm.default": _matmul,
+    "aten.addmm.default": _addmm,
+    "aten.convolution.default": _conv, "et_vk.conv_with_clamp.default": _conv,
+    "aten.max_pool2d_with_indices.default": _max_pool, "aten.max_pool2d.default": _max_pool,
+    "aten.avg_pool2d.default": _avg_pool,
+    "aten.mean.dim": _reduce("mean"), "aten.sum.dim_IntList": _reduce("sum"), "aten.amax.default": _reduce("max"),
+    "aten.amin.default": _reduce("min"),
+    "aten.view_copy.default": _view, "aten._unsafe_view.default": _view, "aten.squeeze_copy.dims": _view,
+    "aten.squeeze_copy.dim": _view, "aten.squeeze_copy.default": _view, "aten.unsqueeze_copy.default": _view,
+    "aten.clone.default": _view, "aten.alias_copy.default": _view, "aten._to_copy.default": _view,
+    "aten.permute_copy.default": _permute, "aten.select_copy.int": _select, "aten.slice_copy.Tensor": _slice,
+    "aten.cat.default": _cat, "aten.expand_copy.default": _expand, "aten.repeat.default": _repeat,
+    "aten.embedding.default": _embedding,
+}
+#: Ops that only ever fold (every input is a constant or only its shape counts).
+FOLD_ONLY = ("aten.full.default", "aten.full_like.default", "aten.zeros.default", "aten.zeros_like.default",
+             "aten.ones.default", "aten.ones_like.default", "aten.arange.start_step", "aten.arange.default",
+             "aten.scalar_tensor.default")
+SHAPE_ONLY = ("aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")
+NEVER_FOLD = ("et_vk.prepack.default",)  # a constant stays a TensorRef (packed, cacheable)
+
+
+def supported(name: str) -> bool:
+    return name in OPS or name in FOLD_ONLY

@@ -1,0 +1,259 @@
+"""A loaded ExecuTorch program: one ComputeGraph per ET-VK delegate (as ET-VK builds them), all
+on one device, loaded by staged prepack (or the legacy path, as the config says), and the
+program's instruction chain run around them: delegate calls on the GPU, kernel calls by the
+numpy kernels, moves, frees and jumps as ExecuTorch runs them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import GraphConfig, load_config
+from ..errors import PteFormatError, UnsupportedOpError, VkGraphError
+from ..graph.compute_graph import ComputeGraph
+from ..graph.report import LoadReport
+from ..runtime import Device
+from . import kernels
+from .lower import Lowering, device_dtype, supported
+from .reader import VULKAN_BACKEND, ExecutionPlan, PteFile, TensorInfo
+
+_MAX_STEPS = 1_000_000  # a chain of jumps that never ends is a malformed program
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class OpUse:
+    """One op of a program: where it runs and whether vkgraph supports it."""
+
+    where: str  # "delegate 0" or "kernel"
+    node: int
+    name: str
+    supported: bool
+
+
+def list_ops(path: str | os.PathLike) -> list[OpUse]:
+    """Every op of a program (delegate ops in chain order, then the CPU kernels), without a device."""
+    with PteFile(path) as pte:
+        plan = pte.plan()
+        out = []
+        for k, d in enumerate(plan.delegates):
+            if d.id != VULKAN_BACKEND:
+                out.append(OpUse(f"delegate {k}", -1, d.id, False))
+                continue
+            for op in pte.vkgraph(d).chain:
+                out.append(OpUse(f"delegate {k}", op.node_id, op.name, supported(op.name)))
+        for i, ins in enumerate(plan.instructions):
+            if ins.kind == "kernel":
+                name = plan.operators[ins.index]
+                out.append(OpUse("kernel", i, name, kernels.kernel(name) is not None))
+        return out
+
+
+def _io(plan: ExecutionPlan, ids: list[int], what: str, path: str) -> list[IOSpec]:
+    specs = []
+    for k, i in enumerate(ids):
+        v = plan.values[i]
+        if v.kind != "tensor":
+            raise UnsupportedOpError(f"{path}: {what} {k} is a {v.kind}; vkgraph runs programs whose inputs and "
+                                     "outputs are tensors")
+        specs.append(IOSpec(f"{what}_{k}", v.value.sizes, v.value.dtype))
+    return specs
+
+
+def _merge(reports: list[LoadReport]) -> LoadReport:
+    """One report for the delegates' loads (one after another): times and counts add up, peaks
+    are the largest."""
+    if len(reports) == 1:
+        return reports[0]
+    first = reports[0]
+    merged = {}
+    for f in dataclasses.fields(LoadReport):
+        vals = [getattr(r, f.name) for r in reports]
+        if f.name.startswith("peak") or f.name == "staging_allocated_nbytes":
+            merged[f.name] = max(vals)
+        elif isinstance(vals[0], bool) or isinstance(vals[0], str):
+            merged[f.name] = vals[0]
+        elif isinstance(vals[0], (int, float)):
+            merged[f.name] = sum(vals)
+        elif isinstance(vals[0], list):
+            merged[f.name] = [x for v in vals for x in v]
+        elif isinstance(vals[0], dict):
+            merged[f.name] = {k: x for v in vals for k, x in v.items()}
+        else:
+            merged[f.name] = getattr(first, f.name)
+    return LoadReport(**merged)
+
+
+class Program:
+    """An ExecuTorch program loaded on a device. Use :func:`load_program`."""
+
+    def __init__(self, path: str | os.PathLike, config: GraphConfig | None = None, device: Device | None = None,
+                 *, legacy: bool = False):
+        self.path = os.fspath(path)
+        self.config = config if config is not None else load_config()
+        self.pte = PteFile(self.path)
+        self.graphs: list[tuple[ComputeGraph, Lowering]] = []
+        self._device = device
+        self._owns_device = False
+        try:
+            self.plan = self.pte.plan()
+            self.inputs = _io(self.plan, self.plan.inputs, "input", self.path)
+            self.outputs = _io(self.plan, self.plan.outputs, "output", self.path)
+            for i, ins in enumerate(self.plan.instructions):
+                if ins.kind == "kernel" and kernels.kernel(self.plan.operators[ins.index]) is None:
+                    raise UnsupportedOpError(f"{self.path}: instruction {i}: CPU kernel "
+                                             f"{self.plan.operators[ins.index]!r} is not supported by vkgraph")
+            infos = []
+            for k, d in enumerate(self.plan.delegates):
+                if d.id != VULKAN_BACKEND:
+                    raise UnsupportedOpError(f"{self.path}: delegate {k} is for backend {d.id!r}; vkgraph runs "
+                                             f"{VULKAN_BACKEND} delegates")
+                infos.append(self.pte.vkgraph(d))
+            for k, info in enumerate(infos):  # every op checked before a device is opened
+                for op in info.chain:
+                    if not supported(op.name):
+                        raise UnsupportedOpError(f"{self.path}: delegate {k}, node {op.node_id} ({op.name}): the op "
+                                                 "is not supported by vkgraph")
+            if self._device is None:
+                self._device = Device(self.config.device.prefer or None, validation=self.config.device.validation,
+                                      max_memory_nbytes=self.config.device.max_memory_nbytes)
+                self._owns_device = True
+            for k, info in enumerate(infos):
+                g = ComputeGraph(self.config, device=self._device)
+                self.graphs.append((g, None))  # destroyed on failure, even half-built
+                lowering = Lowering(g, self.pte, info, f"d{k}")
+                lowering.build()
+                self.graphs[-1] = (g, lowering)
+            reports = []
+            for g, _ in self.graphs:
+                if legacy:
+                    g.encode_prepack()
+                    reports.append(g.prepack())
+                else:
+                    reports.append(g.run_prepack())
+            self.report = _merge(reports) if reports else None
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    def _check_inputs(self, arrays: tuple[Any, ...]) -> list[np.ndarray]:
+        if len(arrays) != len(self.inputs):
+            raise ValueError(f"{self.path}: the program takes {len(self.inputs)} inputs "
+                             f"({', '.join(f'{s.name} {s.shape} {s.dtype}' for s in self.inputs)}), got {len(arrays)}")
+        out = []
+        for spec, a in zip(self.inputs, arrays):
+            a = np.asarray(a)
+            if a.shape != spec.shape or a.dtype != spec.dtype:
+                raise ValueError(f"{self.path}: {spec.name} must be {spec.shape} {spec.dtype}, got {a.shape} {a.dtype}")
+            out.append(a)
+        return out
+
+    def run(self, *arrays: Any) -> list[np.ndarray]:
+        """Run the program's forward method on ``arrays`` (its inputs, in order); returns its outputs."""
+        if self.pte.mapping is None:
+            raise VkGraphError(f"{self.path}: the program was closed")
+        plan = self.plan
+        values: list[Any] = [self._initial(v) for v in plan.values]
+        for i, a in zip(plan.inputs, self._check_inputs(arrays)):
+            values[i] = a
+        pc = steps = 0
+        while pc < len(plan.instructions):
+            steps += 1
+            if steps > _MAX_STEPS:
+                raise PteFormatError(f"{self.path}: the instruction chain ran {_MAX_STEPS} steps without ending")
+            ins = plan.instructions[pc]
+            pc += 1
+            if ins.kind == "delegate":
+                self._delegate(ins.index, ins.args, values)
+            elif ins.kind == "kernel":
+                self._kernel(plan.operators[ins.index], ins.args, values, pc - 1)
+            elif ins.kind == "move":
+                values[ins.target] = values[ins.index]
+            elif ins.kind == "jump_false":
+                if not bool(np.asarray(values[ins.index]).item()):
+                    pc = ins.target
+        return [np.asarray(values[i]) for i in plan.outputs]
+
+    def _initial(self, v) -> Any:
+        if v.kind == "tensor":
+            t: TensorInfo = v.value
+            return None if t.data is None else self.pte.array(*t.data, t.dtype, t.sizes)
+        return v.value
+
+    def _delegate(self, k: int, args: tuple[int, ...], values: list[Any]) -> None:
+        g, lowering = self.graphs[k]
+        n_in = len(lowering.inputs)
+        feeds = {}
+        for name, i, vi in zip(lowering.inputs, args[:n_in], lowering.info.input_ids):
+            a = values[i]
+            if a is None:
+                raise VkGraphError(f"{self.path}: delegate {k} reads value {i} before anything wrote it")
+            want = g.values[g.inputs[name].tensor]
+            feeds[name] = np.ascontiguousarray(np.asarray(a).astype(device_dtype(want.dtype))).reshape(want.shape)
+        got = g.execute(feeds)
+        for name, i, vi in zip(lowering.outputs, args[n_in:], lowering.info.output_ids):
+            t = lowering.info.values[vi].value
+            y = got[name]
+            if t.dtype == np.bool_:
+                y = y != 0
+            elif t.dtype.kind in "iu" and y.dtype.kind == "f":
+                y = np.rint(y)
+            y = y.astype(t.dtype).reshape(t.dims)
+            values[i] = y
+
+    def _kernel(self, op: str, args: tuple[int, ...], values: list[Any], at: int) -> None:
+        fn = kernels.kernel(op)
+        plan = self.plan
+        ins, outs = (args[:-2], args[-2:]) if op.endswith("out") else (args[:-1], args[-1:])
+        vals = []
+        for i in ins:
+            v = plan.values[i]
+            if v.kind in ("tensor_list", "optional_tensor_list", "int_list"):  # lists of value indices
+                vals.append([None if j < 0 else values[j] for j in v.value])
+            else:
+                vals.append(values[i])
+        try:
+            result = np.asarray(fn(*vals))
+        except (ValueError, TypeError, IndexError) as exc:
+            raise VkGraphError(f"{self.path}: instruction {at} ({op}) failed: {exc}") from None
+        for o in outs:
+            t = plan.values[o].value
+            values[o] = result.astype(t.dtype).reshape(t.sizes) if isinstance(t, TensorInfo) else result
+
+    def close(self) -> None:
+        """Free every graph and the device it opened; unmap the file. Idempotent."""
+        for g, _ in self.graphs:
+            g.destroy()
+        self.graphs = []
+        if self._owns_device and self._device is not None:
+            self._device.destroy()
+            self._device = None
+        self.pte.close()
+
+    def __enter__(self) -> Program:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def load_program(path: str | os.PathLike, config: GraphConfig | None = None, device: Device | None = None) -> Program:
+    """Load an ExecuTorch program (.pte) exported with ET-VK's VulkanPartitioner: read it, check
+    every op, build one graph per delegate and pack its weights (staged prepack, the packed cache
+    when the config names one). ``device``: a shared :class:`~vkgraph.runtime.Device` (default:
+    one opened from ``config.device`` and closed with the program)."""
+    return Program(path, config, device)
