@@ -51,10 +51,12 @@ def main() -> int:
                 device = prog.report.device
                 outs = prog.run(*inputs)
         err = max(float(np.abs(y.astype(np.float64) - r).max() / max(1.0, np.abs(r).max())) for y, r in zip(outs, refs))
-        rows.append(row + [f"{load_s * 1000:.0f}", f"{err:.1e}", "ok" if err <= 1e-3 else "MISMATCH"])
+        # the tolerances: fp32 1e-3, quantized 3e-2 (eager torchao quantizes activations too)
+        tol = 3e-2 if any(q in u.name for u in uses for q in ("q4gsw", "quantize", "qparams")) else 1e-3
+        rows.append(row + [f"{load_s * 1000:.0f}", f"{err:.1e}", f"{'ok' if err <= tol else 'MISMATCH'} ({tol:g})"])
     print(f"Device: {device}\n")
     head = ["program", "KiB", "ops", "delegates", "CPU kernels", "load + build ms", "max error / max(1, max|ref|)",
-            "vs PyTorch"]
+            "vs PyTorch (tolerance)"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:

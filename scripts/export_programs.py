@@ -146,7 +146,7 @@ class TinyLlama(nn.Module):
 
 
 class QuantMLP(nn.Module):
-    """Linears quantized by torchao: int8 dynamic activations, int4 weights in groups of 32."""
+    """Linears quantized by torchao (see QUANT for the schemes and what each lowers to)."""
 
     def __init__(self):
         super().__init__()
@@ -156,11 +156,24 @@ class QuantMLP(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
-def _quantize(model):
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerGroup
+def _quantize(model, scheme: str):
+    """torchao schemes and what VulkanPartitioner lowers them to:
+    dq8ca_q4: int8 dynamic activations, int4 weights in groups of 32 -> et_vk.linear_dq8ca_q4gsw
+    q4w: int4 weights in groups of 32 -> et_vk.linear_q4gsw
+    q8w: int8 weights per channel -> torchao.dequantize_affine + aten.linear
+    int8wo: Int8WeightOnlyConfig -> CPU casts of the weights + aten.mm in the delegate"""
+    from torchao.quantization import (Int8DynamicActivationIntxWeightConfig, Int8WeightOnlyConfig,
+                                      IntxWeightOnlyConfig, quantize_)
+    from torchao.quantization.granularity import PerAxis, PerGroup
 
-    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    config = {
+        "dq8ca_q4": lambda: Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,
+                                                                  weight_granularity=PerGroup(32)),
+        "q4w": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),
+        "q8w": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
+        "int8wo": lambda: Int8WeightOnlyConfig(),
+    }[scheme]()
+    quantize_(model, config)
     return model
 
 
@@ -174,7 +187,10 @@ def programs(gen: torch.Generator):
         "convnet": (ConvNet(), (rand(1, 3, 16, 16),)),
         "elementwise": (Elementwise(), (rand(5, 8), rand(5, 8))),
         "tiny_llama": (TinyLlama(), (torch.randint(0, 96, (1, 16), generator=gen),)),
-        "quant_mlp": (_quantize(QuantMLP()), (rand(4, 64),)),
+        "quant_mlp": (_quantize(QuantMLP(), "dq8ca_q4"), (rand(4, 64),)),
+        "q4w_mlp": (_quantize(QuantMLP(), "q4w"), (rand(4, 64),)),
+        "q8w_mlp": (_quantize(QuantMLP(), "q8w"), (rand(4, 64),)),
+        "int8wo_mlp": (_quantize(QuantMLP(), "int8wo"), (rand(4, 64),)),
     }
 
 

@@ -458,3 +458,31 @@ def test_cast(device, compiler):
     np.testing.assert_array_equal(out, ids * 0.5)
     out, _ = run(device, compiler, lambda g, r: ops.cast(g, r["x"], np.int32), {"x": ids.astype(np.float32) + 0.25})
     np.testing.assert_array_equal(out, ids + (ids < 0))  # toward zero
+
+
+@pytest.mark.parametrize("bits,group,gn,zp,bias", [(4, 32, True, False, True), (4, 16, True, False, False),
+                                                  (8, 64, False, False, True), (8, 16, False, True, False)])
+def test_linear_qw(device, compiler, bits, group, gn, zp, bias):
+    rng = rng_for(bits, group, int(zp))
+    m, n, k = 3, 12, 64
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    q = rng.integers(-8, 8, (n, k)) if bits == 4 else rng.integers(-128, 128, (n, k))
+    scales = rng.random((n, k // group)).astype(np.float32) + 0.1
+    zeros = rng.integers(-3, 4, scales.shape).astype(np.float32) if zp else np.zeros_like(scales)
+    b = rng.standard_normal(n).astype(np.float32)
+    if bits == 4:  # ET-VK's q4gsw bytes: k even in the low nibble, offset 8
+        u = (q + 8).astype(np.uint8)
+        packed = (u[:, ::2] | (u[:, 1::2] << 4)).astype(np.uint8)
+    else:
+        packed = q.astype(np.int8)
+    s_dev = scales.T.copy() if gn else scales
+
+    def build(g, r):
+        return ops.linear_qw(g, r["x"], g.add_tensorref(packed, "w"), g.add_tensorref(s_dev, "s"), bits=bits,
+                             group_size=group, scales_gn=gn, zero_points=g.add_tensorref(zeros, "z") if zp else None,
+                             bias=g.add_tensorref(b, "b") if bias else None)
+
+    out, _ = run(device, compiler, build, {"x": x})
+    gidx = np.arange(k) // group
+    w = (q - zeros[:, gidx]) * scales[:, gidx]
+    np.testing.assert_allclose(out, x @ w.T + (b if bias else 0), rtol=1e-4, atol=1e-3)

@@ -16,6 +16,16 @@ from vkgraph.pte.reader import PteFile
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "data" / "programs"
 FP32 = ["mlp", "encoder", "convnet", "elementwise", "tiny_llama"]
+QUANT = ["quant_mlp", "q4w_mlp", "q8w_mlp", "int8wo_mlp"]
+
+
+def unsupported_program(tmp_path) -> Path:
+    """mlp.pte with its relu renamed to an op no one implements (same length: the flatbuffer stays valid)."""
+    raw = (PROGRAMS / "mlp.pte").read_bytes()
+    assert raw.count(b"aten.relu.default") == 1
+    p = tmp_path / "unsupported.pte"
+    p.write_bytes(raw.replace(b"aten.relu.default", b"aten.relx.default"))
+    return p
 
 
 def test_fixtures_are_small():
@@ -48,23 +58,24 @@ def test_programs_with_cpu_kernels_between_delegates():
         assert plan.operators == ["aten::mean.out"]
 
 
-def test_list_ops_marks_what_is_supported():
-    uses = list_ops(PROGRAMS / "quant_mlp.pte")
-    by_name = {u.name: u.supported for u in uses}
-    assert by_name["aten.relu.default"] is True
-    assert by_name["et_vk.linear_dq8ca_q4gsw.default"] is False
-    assert all(u.supported for name in FP32 for u in list_ops(PROGRAMS / f"{name}.pte"))
+def test_list_ops_marks_what_is_supported(tmp_path):
+    by_name = {u.name: u.supported for u in list_ops(unsupported_program(tmp_path))}
+    assert by_name["aten.relx.default"] is False and by_name["aten.linear.default"] is True
+    assert all(u.supported for name in FP32 + QUANT for u in list_ops(PROGRAMS / f"{name}.pte"))
+    kernels = [u for u in list_ops(PROGRAMS / "int8wo_mlp.pte") if u.where == "kernel"]
+    assert {u.name for u in kernels} == {"aten::permute_copy.out", "dim_order_ops::_to_dim_order_copy.out"}
 
 
-def test_unsupported_op_fails_before_a_device_is_opened(monkeypatch):
+def test_unsupported_op_fails_before_a_device_is_opened(monkeypatch, tmp_path):
     import vkgraph.pte.program as program
 
     def no_device(*a, **k):
         raise AssertionError("a device was opened")
 
     monkeypatch.setattr(program, "Device", no_device)
-    with pytest.raises(UnsupportedOpError, match=r"quant_mlp.pte: delegate 0, node 0 \(torchao.choose_qparams"):
-        load_program(PROGRAMS / "quant_mlp.pte")
+    with pytest.raises(UnsupportedOpError, match=r"unsupported.pte: delegate 0, node \d+ \(aten.relx.default\): "
+                                                 "the op is not supported"):
+        load_program(unsupported_program(tmp_path))
 
 
 def _bad(tmp_path, raw: bytes) -> Path:
@@ -145,6 +156,6 @@ def test_readme_coverage_table_is_the_op_table():
     from vkgraph.pte.lower import OPS
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("Supported ET-VK ops"):readme.index("Not yet: the quantized")]
-    listed = set(re.findall(r"`((?:aten|et_vk)\.[\w.]+)`", section))
+    section = readme[readme.index("Supported ET-VK ops"):readme.index("Quantized weights stay quantized")]
+    listed = set(re.findall(r"`((?:aten|et_vk|torchao)\.[\w.]+)`", section))
     assert listed == set(OPS), f"missing {sorted(set(OPS) - listed)}, extra {sorted(listed - set(OPS))}"

@@ -64,6 +64,7 @@ class ComputeGraph:
         self.values: list[Tensor | TensorRef] = []
         self.names: dict[str, ValueRef] = {}
         self.prepack_nodes: list[PrepackNode] = []
+        self._packed: dict[tuple[ValueRef, str], ValueRef] = {}  # (source, packer name) -> packed tensor
         self.execute_nodes: list[DispatchNode] = []
         self.inputs: dict[str, IOStaging] = {}
         self.outputs: dict[str, IOStaging] = {}
@@ -184,6 +185,8 @@ class ComputeGraph:
         if not isinstance(ref, TensorRef):
             raise TypeError(f"prepack needs a TensorRef, got {type(ref).__name__}")
         packer = get_packer(packer or ref.quant or "identity")
+        if (src, packer.name) in self._packed and name is None:  # a weight two ops read is packed once
+            return self._packed[(src, packer.name)]
         packer.validate_source(ref)
         dst = packer.make_dst(ref, name or f"{ref.name}:{packer.name}")
         packer.validate(ref, dst)
@@ -194,6 +197,7 @@ class ComputeGraph:
         direct = packer.shader is None and self.device.host_visible_device_local
         ref.readers += 1
         self.prepack_nodes.append(PrepackNode(src, dst_ref, packer, direct))
+        self._packed[(src, packer.name)] = dst_ref
         return dst_ref
 
     def _check_bindable(self, ref: TensorRef, dst: Tensor, packer: Packer) -> None:

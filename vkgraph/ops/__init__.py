@@ -563,8 +563,41 @@ def cast(g: ComputeGraph, x: ValueRef, dtype: Any) -> ValueRef:
                                 {"TO_INT": int(dtype == np.int32)}))
     return out
 
+
+def linear_qw(g: ComputeGraph, x: ValueRef, weight: ValueRef, scales: ValueRef, *, bits: int, group_size: int,
+              scales_gn: bool, zero_points: ValueRef | None = None, bias: ValueRef | None = None) -> ValueRef:
+    """``y = x @ w.T (+ bias)`` with ``w`` ``[N, K]`` quantized in groups of ``group_size`` along K:
+    4-bit (``weight`` uint8 ``[N, K/2]``, low nibble first, offset 8: ET-VK's q4gsw) or 8-bit
+    (``weight`` int8 ``[N, K]``); ``scales`` (and float ``zero_points``) ``[groups, N]`` when
+    ``scales_gn`` (ET-VK), else ``[N, groups]`` (torchao)."""
+    x, xt = _buffer(g, x, "quantized linear input")
+    wt = g.values[weight]
+    n, row_bytes = wt.shape
+    m, k = xt.shape if len(xt.shape) == 2 else (0, 0)
+    if bits not in (4, 8) or len(xt.shape) != 2 or row_bytes * 8 // bits < k or group_size < 1:
+        raise ValueError(f"quantized linear: input {xt.shape} does not fit {bits}-bit weight {wt.shape} "
+                         f"in groups of {group_size}")
+    if (n * row_bytes) % 4:
+        raise ValueError(f"quantized linear: weight {wt.name!r} of {n * row_bytes} bytes is not whole 32-bit words")
+    groups = (k + group_size - 1) // group_size
+    st = g.values[scales]
+    if int(np.prod(st.shape)) != n * groups:
+        raise ValueError(f"quantized linear: scales {st.shape} do not fit {n} rows x {groups} groups")
+    args = [None, x, _weight(g, weight, "identity"), _weight(g, scales, "identity")]
+    if zero_points is not None:
+        args.append(_weight(g, zero_points, "identity"))
+    if bias is not None:
+        args.append(_weight(g, bias, "identity"))
+    y = g.add_tensor((m, n), np.float32)
+    args[0] = y
+    sn, sg = (1, n) if scales_gn else (groups, 1)
+    g.add_dispatch(DispatchNode("linear_qw", args, struct.pack("<7I", m, n, k, group_size, row_bytes, sn, sg),
+                                {0: LOCAL_SIZE}, _groups(g, m * n),
+                                {"BITS": bits, "HAS_ZP": int(zero_points is not None), "HAS_BIAS": int(bias is not None)}))
+    return y
+
 __all__ = [
     "add", "binary", "cast", "conv2d", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear",
-    "matmul", "mean_pool", "mul", "permute", "pool2d", "reduce", "relu", "rms_norm", "rope", "sdpa", "silu",
+    "linear_qw", "matmul", "mean_pool", "mul", "permute", "pool2d", "reduce", "relu", "rms_norm", "rope", "sdpa", "silu",
     "softmax", "strided_copy", "sub", "to_buffer", "to_texture", "unary", "where",
 ]

@@ -130,6 +130,7 @@ KERNELS: dict[str, Callable[..., Any]] = {
     "cat": lambda xs, dim=0: np.concatenate(xs, axis=dim), "expand_copy": _expand,
     "repeat": lambda x, reps: np.tile(x, tuple(reps)), "clone": lambda x, *_: np.array(x),
     "_to_copy": lambda x, *_: np.array(x), "alias_copy": lambda x: np.array(x),
+    "_to_dim_order_copy": lambda x, *_: np.array(x), "_clone_dim_order": lambda x, *_: np.array(x),
     # creation
     "full": _full, "full_like": lambda x, value, *_: np.full(np.shape(x), value),
     "zeros": lambda size, *_: np.zeros(tuple(size)), "zeros_like": lambda x, *_: np.zeros(np.shape(x)),

@@ -11,6 +11,7 @@ several)."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -24,6 +25,8 @@ from .reader import OperatorCall, PteFile, VkGraphInfo
 
 FOLD_MAX_ELEMENTS = 1 << 20  # constant folding on the CPU is for masks and small tables
 _INT = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.int16), np.dtype(np.int8), np.dtype(np.uint8))
+#: constants read in place from the file (others are converted when packed)
+_IN_PLACE = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int8), np.dtype(np.uint8))
 
 
 def device_dtype(dtype: np.dtype) -> np.dtype:
@@ -38,6 +41,8 @@ class Lowering:
         self.g, self.pte, self.info, self.label = g, pte, info, label
         self.refs: dict[int, ValueRef] = {}  # VkValue index -> device tensor (or TensorRef for constants)
         self.consts: dict[int, np.ndarray] = {}  # folded values
+        self.same: dict[int, int] = {}  # et_vk.prepack output -> the constant it copies
+        self.qweights: dict[int, QuantWeight] = {}  # dequantize_affine outputs, dequantized only if needed
         self.inputs: list[str] = []
         self.outputs: list[str] = []
         self.node: OperatorCall | None = None
@@ -59,6 +64,9 @@ class Lowering:
 
     def const(self, i: int) -> np.ndarray | None:
         """The value of tensor ``i`` when it is known on the CPU (a constant or a folded op)."""
+        i = self.same.get(i, i)
+        if i in self.qweights:
+            return self.qweights[i].dequantize(self)
         if i in self.consts:
             return self.consts[i]
         t = self.vk(i).value
@@ -71,19 +79,23 @@ class Lowering:
     def weight(self, i: int) -> ValueRef:
         """A constant as a TensorRef (ops pack it as they need: linear 4x4, conv2d, identity);
         a runtime tensor as itself."""
+        i = self.same.get(i, i)
         if i in self.refs:
             return self.refs[i]
         t = self.vk(i).value
         arr = self.const(i)
+        if i in self.qweights:  # a dequantized weight read by something other than a linear
+            self.refs[i] = self.g.add_tensorref(arr.astype(np.float32), f"{self.label}.v{i}")
+            return self.refs[i]
         if arr is None:
             raise self.error(f"value {i} is used before any op computed it")
         name = f"{self.label}.c{t.constant_id}" if t.constant_id >= 0 and i not in self.consts else f"{self.label}.v{i}"
-        if t.constant_id >= 0 and i not in self.consts and t.dtype in (np.float32, np.int32):
+        if t.constant_id >= 0 and i not in self.consts and t.dtype in _IN_PLACE:
             off, _ = self.info.constants[t.constant_id]
             src = ArraySource(arr, mapping=self.pte.mapping, offset=off, path=self.pte.path)
             ref = self.g.add_tensorref(src, name, shape=t.dims, dtype=t.dtype)
-        else:  # folded, or stored in another dtype: float32 on the device (bool as 0/1)
-            want = np.int32 if t.dtype in _INT and arr.dtype.kind in "iu" and t.dtype != np.bool_ else np.float32
+        else:  # folded, or stored in another dtype: int32 for integers, float32 for the rest (bool as 0/1)
+            want = np.int32 if t.dtype in _INT and np.asarray(arr).dtype.kind in "iu" else np.float32
             if t.constant_id >= 0 and i not in self.consts:
                 ref = self.g.add_tensorref(LazySource(int(np.prod(t.dims)) * 4, lambda a=arr, w=want: a.astype(w)),
                                            name, shape=t.dims, dtype=want)
@@ -94,6 +106,7 @@ class Lowering:
 
     def t(self, i: int) -> ValueRef:
         """Tensor ``i`` on the device as float32."""
+        i = self.same.get(i, i)
         ref = self.refs.get(i)
         if ref is None or not isinstance(self.g.values[ref], Tensor):
             ref = self.g.prepack_tensor(self.weight(i))
@@ -104,6 +117,7 @@ class Lowering:
 
     def ids(self, i: int) -> ValueRef:
         """Tensor ``i`` on the device as int32 (indices)."""
+        i = self.same.get(i, i)
         ref = self.refs.get(i)
         if ref is None or not isinstance(self.g.values[ref], Tensor):
             ref = self.g.prepack_tensor(self.weight(i))
@@ -192,6 +206,74 @@ class Lowering:
             t = self.vk(o).value
             self.consts[o] = np.asarray(r).astype(t.dtype).reshape(t.dims)
         return True
+
+
+@dataclass(frozen=True)
+class QuantWeight:
+    """A weight ``[N, K]`` quantized in groups along K, kept quantized for ``ops.linear_qw``:
+    ``bits`` 4 (uint8 ``[N, K/2]``, ET-VK's q4gsw) or 8 (int8 ``[N, K]``); scales ``[groups, N]``
+    when ``scales_gn`` (ET-VK) else ``[N, groups]`` (torchao); optional zero points."""
+
+    q: int
+    scales: int
+    zeros: int | None
+    group: int
+    bits: int
+    scales_gn: bool
+
+    def dequantize(self, L: Lowering) -> np.ndarray:
+        q = np.asarray(L.const(self.q))
+        if self.bits == 4:
+            q8 = np.empty((q.shape[0], q.shape[1] * 2), np.int8)
+            q8[:, ::2], q8[:, 1::2] = (q & 0xF).astype(np.int8) - 8, (q >> 4).astype(np.int8) - 8
+            q = q8
+        n, k = q.shape
+        s = np.asarray(L.const(self.scales), np.float32).reshape(-1, n).T if self.scales_gn else \
+            np.asarray(L.const(self.scales), np.float32).reshape(n, -1)
+        z = 0.0 if self.zeros is None else np.asarray(L.const(self.zeros), np.float32).reshape(s.shape)
+        g = np.arange(k) // self.group
+        return ((q.astype(np.float32) - (z[:, g] if self.zeros is not None else 0.0)) * s[:, g]).astype(np.float32)
+
+
+def _linear_quant(L: Lowering, x: int, qw: QuantWeight, b: int | None, out: int) -> None:
+    dims = L.dims(x)
+    flat = L.g.add_view(L.t(x), (int(np.prod(dims[:-1])), dims[-1]))
+    zeros = None
+    if qw.zeros is not None:
+        zeros = L.g.add_tensorref(np.asarray(L.const(qw.zeros), np.float32), f"{L.label}.zp{qw.zeros}")
+    bias = None if b is None or L.vk(b).kind == "null" else L.weight(b)
+    L.set(out, ops.linear_qw(L.g, flat, L.weight(qw.q), L.weight(qw.scales), bits=qw.bits, group_size=qw.group,
+                             scales_gn=qw.scales_gn, zero_points=zeros, bias=bias))
+
+
+def _linear_q4gsw(L: Lowering, x: int, w: int, scales: int, group: int, bias: int, out: int) -> None:
+    _linear_quant(L, x, QuantWeight(w, scales, None, int(L.arg(group)), 4, True), bias, out)
+
+
+def _linear_dq8ca_q4gsw(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, w_sums: int, scales: int, group: int,
+                        bias: int, out: int) -> None:
+    # ET-VK's reference (custom_ops_lib.py) is the weight-only linear: the int8 activation
+    # quantization only approximates it, so vkgraph runs x in float32 against the int4 weights.
+    _linear_q4gsw(L, x, w, scales, group, bias, out)
+
+
+def _choose_qparams(L: Lowering, *args: int) -> None:
+    """Activation scale and zero point for linear_dq8ca_*: nothing to compute (see above); a
+    later op reading them fails with 'used before any op computed it'."""
+
+
+def _dequantize_affine(L: Lowering, x: int, block: int, scale: int, zero: int, in_dtype: int, qmin: int, qmax: int,
+                       *rest: int) -> None:
+    out = rest[-1]
+    block_size = [int(b) for b in L.arg(block)]
+    xi = L.same.get(x, x)
+    if L.const(xi) is None or L.const(scale) is None or len(L.dims(x)) != 2 or len(block_size) != 2 or \
+            block_size[0] != 1 or L.vk(xi).value.dtype != np.int8:
+        raise L.error("dequantize_affine is supported for constant int8 weights quantized in groups along rows "
+                      f"(block size [1, G]), not {L.dims(x)} {L.vk(xi).value.dtype} with block size {block_size}")
+    zeros = None if L.vk(zero).kind == "null" or not np.any(L.const(zero)) else zero
+    L.qweights[out] = QuantWeight(xi, L.same.get(scale, scale), None if zeros is None else L.same.get(zeros, zeros),
+                                  block_size[1], 8, False)
 
 
 # --- op builders: (lowering, *argument value indices) -------------------------------------------
@@ -295,6 +377,8 @@ def _rms_norm(L: Lowering, x: int, w: int, eps: int, out: int) -> None:
 
 
 def _linear(L: Lowering, x: int, w: int, b: int, out: int) -> None:
+    if L.same.get(w, w) in L.qweights:
+        return _linear_quant(L, x, L.qweights[L.same.get(w, w)], b, out)
     dims = L.dims(x)
     k = dims[-1]
     flat = L.g.add_view(L.t(x), (int(np.prod(dims[:-1])), k))
@@ -392,6 +476,14 @@ def _reduce(op: str) -> Callable:
     return build
 
 
+def _prepack(L: Lowering, x: int, out: int) -> None:
+    """et_vk.prepack copies a constant into a tensor: the output is the constant (packed where used)."""
+    if L.const(x) is not None and x not in L.refs:
+        L.same[out] = L.same.get(x, x)
+    else:
+        _view(L, x, out)
+
+
 def _view(L: Lowering, x: int, *rest: int) -> None:
     ref = L.refs.get(rest[-1])
     src = L.refs.get(x)
@@ -483,7 +575,9 @@ def _embedding(L: Lowering, w: int, ids: int, *rest: int) -> None:
 
 
 OPS: dict[str, Callable[..., None]] = {
-    "et_vk.prepack.default": _view,
+    "et_vk.prepack.default": _prepack,
+    "et_vk.linear_q4gsw.default": _linear_q4gsw, "et_vk.linear_dq8ca_q4gsw.default": _linear_dq8ca_q4gsw,
+    "torchao.choose_qparams_affine.default": _choose_qparams, "torchao.dequantize_affine.default": _dequantize_affine,
     "aten.add.Tensor": _binary("add", alpha_arg=True), "aten.sub.Tensor": _binary("sub", alpha_arg=True),
     "aten.add.Scalar": _binary("add", alpha_arg=True), "aten.sub.Scalar": _binary("sub", alpha_arg=True),
     "aten.mul.Tensor": _binary("mul"), "aten.mul.Scalar": _binary("mul"),
