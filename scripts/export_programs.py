@@ -145,8 +145,44 @@ class TinyLlama(nn.Module):
         return self.head(self.rms(x, self.norm))
 
 
+class KVDecoder(nn.Module):
+    """A Llama-style decoder with a KV cache (ExecuTorch's llama custom ops: update_cache and
+    custom_sdpa, which ET-VK fuses into sdpa_with_kv_cache): each call appends its tokens at
+    input_pos. Stateful: the fixture holds two calls, the second reading the first one's keys."""
+
+    def __init__(self, vocab=96, d=64, heads=4, kv_heads=2, max_seq=32):
+        super().__init__()
+        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (registers torch.ops.llama)
+
+        self.h, self.kvh, self.dh = heads, kv_heads, d // heads
+        self.emb = nn.Embedding(vocab, d)
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, o, bias=False)
+                                              for o in (d, kv_heads * self.dh, kv_heads * self.dh, d))
+        self.norm = nn.Parameter(torch.rand(d) + 0.5)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.register_buffer("k_cache", torch.zeros(1, max_seq, kv_heads, self.dh))
+        self.register_buffer("v_cache", torch.zeros(1, max_seq, kv_heads, self.dh))
+
+    def reset(self):
+        self.k_cache.zero_()
+        self.v_cache.zero_()
+
+    def forward(self, ids, input_pos):
+        b, t = ids.shape
+        x = self.emb(ids)
+        q = self.wq(x).view(b, t, self.h, self.dh)
+        k = self.wk(x).view(b, t, self.kvh, self.dh)
+        v = self.wv(x).view(b, t, self.kvh, self.dh)
+        pos = input_pos[0].item()
+        torch.ops.llama.update_cache(k, self.k_cache, pos)
+        torch.ops.llama.update_cache(v, self.v_cache, pos)
+        y = torch.ops.llama.custom_sdpa(q, self.k_cache, self.v_cache, pos, None, 0.0, True)
+        x = x + self.wo(y.view(b, t, -1))
+        return self.head(TinyLlama.rms(x, self.norm))
+
+
 class QuantMLP(nn.Module):
-    """Linears quantized by torchao (see QUANT for the schemes and what each lowers to)."""
+    """Linears quantized by torchao (see _quantize for the schemes and what each lowers to)."""
 
     def __init__(self):
         super().__init__()
@@ -191,24 +227,33 @@ def programs(gen: torch.Generator):
         "q4w_mlp": (_quantize(QuantMLP(), "q4w"), (rand(4, 64),)),
         "q8w_mlp": (_quantize(QuantMLP(), "q8w"), (rand(4, 64),)),
         "int8wo_mlp": (_quantize(QuantMLP(), "int8wo"), (rand(4, 64),)),
+        "kv_decoder": (KVDecoder(), (torch.randint(0, 96, (1, 4), generator=gen), torch.tensor([0])),
+                       [(torch.randint(0, 96, (1, 4), generator=gen), torch.tensor([4]))]),
     }
 
 
-def export(name: str, model: nn.Module, inputs: tuple, out: Path) -> None:
+def export(name: str, model: nn.Module, inputs: tuple, out: Path, more_calls: tuple = ()) -> None:
+    """NAME.pte and NAME.npz: input_K and output_K of the first call, and for a stateful model
+    (one with a reset()) callN.input_K / callN.output_K of the calls after it, in order."""
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     model.eval()
+    arrays = {}
     with torch.no_grad():
-        ref = model(*inputs)
+        for n, call in enumerate((inputs, *more_calls)):
+            prefix = f"call{n}." if n else ""
+            ref = model(*call)
+            refs = ref if isinstance(ref, tuple) else (ref,)
+            arrays.update({f"{prefix}input_{i}": x.numpy() for i, x in enumerate(call)})
+            arrays.update({f"{prefix}output_{i}": y.detach().contiguous().numpy() for i, y in enumerate(refs)})
+        if hasattr(model, "reset"):
+            model.reset()  # the program starts from the state the first call saw
         ep = torch.export.export(model, inputs)
         prog = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()]).to_executorch()
-    refs = ref if isinstance(ref, tuple) else (ref,)
     (out / f"{name}.pte").write_bytes(prog.buffer)
-    arrays = {f"input_{i}": x.numpy() for i, x in enumerate(inputs)}
-    arrays.update({f"output_{i}": y.detach().contiguous().numpy() for i, y in enumerate(refs)})
     np.savez(out / f"{name}.npz", **arrays)
-    print(f"{name}: {len(prog.buffer)} bytes, {len(inputs)} inputs, {len(refs)} outputs")
+    print(f"{name}: {len(prog.buffer)} bytes, {len(inputs)} inputs, {1 + len(more_calls)} calls")
 
 
 def export_minilm(directory: str, out: Path) -> None:
@@ -250,9 +295,9 @@ def main() -> int:
     if args.minilm:
         export_minilm(args.minilm, out)
         return 0
-    for name, (model, inputs) in programs(torch.Generator().manual_seed(0)).items():
+    for name, (model, inputs, *more) in programs(torch.Generator().manual_seed(0)).items():
         if not args.only or name in args.only:
-            export(name, model, inputs, out)
+            export(name, model, inputs, out, *more)
     return 0
 
 

@@ -118,3 +118,47 @@ def test_cli_lists_ops_and_refuses_unsupported_programs(tmp_path):
     assert "(aten.relx.default): the op is not supported" in refused.stderr
     ok = run(str(PROGRAMS / "convnet.pte"), "--list-ops")
     assert ok.returncode == 0 and "aten::mean.out" in ok.stdout
+
+
+@pytest.mark.parametrize("name", ["convnet", "tiny_llama", "quant_mlp"])
+def test_bench_load_takes_a_program(device, name):
+    """`vkgraph bench load --model X.pte`: every delegate's weights in one graph, loaded in the
+    mode asked for, then checked against the program loaded on its own."""
+    from vkgraph.tools.bench import load_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        staged = load_model(str(PROGRAMS / f"{name}.pte"), "staged")
+        legacy = load_model(str(PROGRAMS / f"{name}.pte"), "legacy")
+    with load(name, device) as prog:
+        expect = prog.report.total_constant_nbytes
+    for r in (staged, legacy):
+        assert r.output_ok and r.max_abs_error < 1e-5
+        assert r.report.total_constant_nbytes == expect
+    assert (staged.report.mode, legacy.report.mode) == ("staged", "legacy") and legacy.report.submits == 1
+
+
+def test_simulate_sees_the_program_load(device):
+    """The simulator's nodes are the prepack nodes a real load of the program packs."""
+    from vkgraph.tools.simulate import model_nodes
+    from vkgraph.tools.bench import load_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        nodes = model_nodes(str(PROGRAMS / "encoder.pte"))
+        report = load_model(str(PROGRAMS / "encoder.pte"), "staged", verify=False).report
+    assert len(nodes) == report.nodes and sum(n.src_nbytes for n in nodes) == report.total_constant_nbytes
+
+
+def test_kv_cache_keeps_its_contents_between_runs(device):
+    """kv_decoder (update_cache + custom_sdpa, fused into sdpa_with_kv_cache): the second call
+    writes at position 4 and attends over the first call's keys too."""
+    with np.load(PROGRAMS / "kv_decoder.npz") as d:
+        calls = [([d[f"{p}input_0"], d[f"{p}input_1"]], [d[f"{p}output_0"]]) for p in ("", "call1.")]
+    with load("kv_decoder", device) as prog:
+        for inputs, refs in calls:
+            assert_close(prog.run(*inputs), refs)
+    with load("kv_decoder", device) as prog:  # a new load starts from empty caches
+        inputs, refs = calls[1]
+        fresh = prog.run(*inputs)[0]
+        assert np.abs(fresh - refs[0]).max() > 1e-2  # without the first call's keys the answer differs

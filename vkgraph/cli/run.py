@@ -59,40 +59,19 @@ def cmd_run_llama(args: argparse.Namespace, ref: ModelRef) -> int:
     return 0
 
 
-def program_inputs(specs, path: str | None, seed: int = 0) -> list[np.ndarray]:
-    """A program's inputs: ``input_0, input_1, ...`` of an .npz file, or seeded random arrays
-    (floats standard normal, integers in [0, 8), booleans)."""
-    if path:
-        with np.load(path) as npz:
-            missing = [s.name for s in specs if s.name not in npz.files]
-            if missing:
-                raise ValueError(f"{path}: no array named {', '.join(missing)} (the program takes "
-                                 f"{', '.join(s.name for s in specs)})")
-            return [npz[s.name] for s in specs]
-    rng = np.random.default_rng(seed)
-    out = []
-    for s in specs:
-        if s.dtype == np.bool_:
-            out.append(rng.random(s.shape) < 0.5)
-        elif s.dtype.kind in "iu":
-            out.append(rng.integers(0, 8, s.shape).astype(s.dtype))
-        else:
-            out.append(rng.standard_normal(s.shape).astype(s.dtype))
-    return out
-
-
 def cmd_run_program(args: argparse.Namespace) -> int:
     from ..pte import list_ops, load_program
+    from ..pte.program import program_inputs
 
     if args.list_ops:
         uses = list_ops(args.model)
         if args.json:
-            print(json.dumps([{"where": u.where, "node": u.node, "op": u.name, "supported": u.supported} for u in uses],
-                             indent=2))
+            print(json.dumps([{"where": u.where, "node": u.node, "op": u.name, "supported": u.support or "no"}
+                              for u in uses], indent=2))
         else:
             print(f"{'where':<12} {'node':>5}  {'op':<44} supported")
             for u in uses:
-                print(f"{u.where:<12} {u.node:>5}  {u.name:<44} {'yes' if u.supported else 'NO'}")
+                print(f"{u.where:<12} {u.node:>5}  {u.name:<44} {u.support or 'NO'}")
         return 0 if all(u.supported for u in uses) else 1
     with load_program(args.model, _config(args)) as prog:
         inputs = program_inputs(prog.inputs, args.inputs)

@@ -220,8 +220,9 @@ MAX_KEYS = 2048  # glsl/sdpa.glsl keeps one row of scores in shared memory
 
 def _step(g: ComputeGraph, step: ValueRef, what: str) -> None:
     st = g.values[step]
-    if st.dtype != np.uint32 or st.shape[0] < 1:
-        raise TypeError(f"{what}: step must be a uint32 tensor holding the position, got {st.shape} {st.dtype}")
+    if st.dtype not in (np.uint32, np.int32) or len(st.shape) < 1 or st.shape[0] < 1:
+        raise TypeError(f"{what}: step must be a uint32 (or non-negative int32) tensor holding the position, "
+                        f"got {st.shape} {st.dtype}")
 
 
 def rope_table(g: ComputeGraph, positions: int, head_dim: int, theta: float = 10000.0) -> ValueRef:

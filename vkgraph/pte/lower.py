@@ -10,7 +10,6 @@ several)."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -46,6 +45,8 @@ class Lowering:
         self.inputs: list[str] = []
         self.outputs: list[str] = []
         self.node: OperatorCall | None = None
+        self.not_honoured: set[str] = set()
+        self.symints: dict[int, ValueRef] = {}  # SymInt read from a tensor at run time -> that (int32) tensor
 
     # --- values -------------------------------------------------------------------------------
 
@@ -139,10 +140,9 @@ class Lowering:
 
     def build(self) -> None:
         info, g = self.info, self.g
-        storages = {v.value.storage or info.storage_override for v in info.values if v.kind == "tensor"}
-        if storages - {"", "buffer"}:
-            warnings.warn(f"{self.pte.path}: delegate {self.label} asks for {', '.join(sorted(storages - {''}))} "
-                          "storage; vkgraph runs its tensors in buffers", stacklevel=3)
+        #: storage types the delegate asks for that vkgraph does not give it (it runs buffers)
+        self.not_honoured = {v.value.storage or info.storage_override for v in info.values
+                             if v.kind == "tensor"} - {"", "buffer"}
         for k, i in enumerate(info.input_ids):
             t = self.vk(i).value
             name = f"{self.label}.input_{k}"
@@ -166,6 +166,9 @@ class Lowering:
             return
         handler = OPS.get(node.name)
         if handler is None:
+            if kernels.kernel(node.name) is not None:
+                raise self.error("vkgraph computes this op only from constants (folded on the CPU); here an "
+                                 "input is computed at run time")
             raise self.error("the op is not supported by vkgraph")
         try:
             handler(self, *args)
@@ -299,6 +302,17 @@ def _binary(op: str, alpha_arg: bool = False) -> Callable:
         if L.g.values[bref].dtype != np.float32:
             bref = L.t(b)
         L.set(out, ops.binary(L.g, L.t(a), bref, op, alpha))
+    return build
+
+
+def _bitwise(op: str) -> Callable:
+    """bitwise and/or of bools (what masks use) as logical and/or."""
+    logical = _binary(op)
+
+    def build(L: Lowering, a: int, b: int, out: int) -> None:
+        if any(L.vk(L.same.get(i, i)).value.dtype != np.bool_ for i in (a, b)):
+            raise L.error("bitwise ops are supported on bool tensors only")
+        logical(L, a, b, out)
     return build
 
 
@@ -493,6 +507,20 @@ def _view(L: Lowering, x: int, *rest: int) -> None:
         L.set(rest[-1], L.t(x))
 
 
+def _to_copy(L: Lowering, x: int, *rest: int) -> None:
+    """A dtype conversion (the layout and device arguments change nothing here): to bool is
+    ``x != 0``, to an integer rounds toward zero (int32 on the device), to a float is the value."""
+    out = rest[-1]
+    want = L.vk(out).value.dtype
+    src = L.vk(L.same.get(x, x)).value.dtype
+    if want == np.bool_ and src != np.bool_:
+        L.set(out, ops.unary(L.g, L.t(x), "ne", 0.0))
+    elif want.kind in "iu" and src.kind == "f":
+        L.set(out, ops.cast(L.g, L.t(x), np.int32))
+    else:
+        _view(L, x, out)
+
+
 def _permute(L: Lowering, x: int, dims: int, out: int) -> None:
     nd = len(L.dims(x))
     L.set(out, ops.permute(L.g, L.t(x), [int(d) % nd for d in L.arg(dims)]))
@@ -568,6 +596,37 @@ def _repeat(L: Lowering, x: int, reps: int, out: int) -> None:
     L.set(out, y)
 
 
+def _select_as_symint(L: Lowering, x: int, dim: int, index: int, out: int) -> None:
+    """A SymInt read from a tensor when the graph runs (ET-VK: the cache position). Ops taking it
+    read the tensor's first element on the device."""
+    if int(L.arg(dim)) != 0 or int(L.arg(index)) != 0:
+        raise L.error("select_as_symint is supported for element 0 of a tensor")
+    L.symints[out] = L.ids(x)
+
+
+def _sdpa_with_kv_cache(L: Lowering, q: int, k: int, v: int, k_cache: int, v_cache: int, pos: int, seq_len: int,
+                        mask: int, dropout: int, causal: int, scale: int, out: int) -> None:
+    """ExecuTorch's llama update_cache + custom_sdpa (fused by ET-VK): write k and v at rows
+    pos.. of the caches ([1, max_seq, kv_heads, head_dim] constants: device tensors that keep
+    their contents between runs), then attend over the cache."""
+    b, t, heads, dh = L.dims(q)
+    _, s, kv_heads, _ = L.dims(k_cache)
+    if b != 1 or L.vk(mask).kind != "null" or float(L.arg(dropout) or 0) != 0:
+        raise L.error("sdpa_with_kv_cache is supported for batch 1 without a mask or dropout")
+    step = L.symints.get(pos)
+    if step is None:
+        raise L.error(f"the cache position (value {pos}) is not a SymInt read from a tensor")
+    caches = []
+    for cache, new in ((k_cache, k), (v_cache, v)):
+        c = L.g.add_view(L.t(cache), (s, kv_heads * dh))
+        ops.kv_write(L.g, c, L.g.add_view(L.t(new), (t, kv_heads * dh)), step)
+        caches.append(c)
+    sc = L.arg(scale)
+    y = ops.sdpa(L.g, L.g.add_view(L.t(q), (t, heads * dh)), *caches, heads=heads, kv_heads=kv_heads,
+                 causal=bool(L.arg(causal)), step=step, scale=None if sc is None else float(sc))
+    L.set(out, y)
+
+
 def _embedding(L: Lowering, w: int, ids: int, *rest: int) -> None:
     out = rest[-1]
     flat = L.g.add_view(L.ids(ids), (int(np.prod(L.dims(ids))),))
@@ -585,6 +644,7 @@ OPS: dict[str, Callable[..., None]] = {
     "aten.pow.Tensor_Tensor": _binary("pow"), "aten.pow.Tensor_Scalar": _unary("pow"),
     "aten.rsub.Scalar": _rsub, "aten.maximum.default": _binary("maximum"), "aten.minimum.default": _binary("minimum"),
     "aten.logical_and.default": _binary("logical_and"), "aten.logical_or.default": _binary("logical_or"),
+    "aten.bitwise_and.Tensor": _bitwise("logical_and"), "aten.bitwise_or.Tensor": _bitwise("logical_or"),
     "aten.logical_not.default": _unary("logical_not"), "aten.bitwise_not.default": _unary("logical_not"),
     "aten.where.self": _where,
     **{f"aten.{c}.{k}": _binary(c) for c in ("gt", "lt", "ge", "le", "eq", "ne") for k in ("Tensor", "Scalar")},
@@ -602,10 +662,12 @@ OPS: dict[str, Callable[..., None]] = {
     "aten.amin.default": _reduce("min"),
     "aten.view_copy.default": _view, "aten._unsafe_view.default": _view, "aten.squeeze_copy.dims": _view,
     "aten.squeeze_copy.dim": _view, "aten.squeeze_copy.default": _view, "aten.unsqueeze_copy.default": _view,
-    "aten.clone.default": _view, "aten.alias_copy.default": _view, "aten._to_copy.default": _view,
+    "aten.clone.default": _view, "aten.alias_copy.default": _view, "aten._to_copy.default": _to_copy,
+    "dim_order_ops._to_dim_order_copy.default": _to_copy,
     "aten.permute_copy.default": _permute, "aten.select_copy.int": _select, "aten.slice_copy.Tensor": _slice,
     "aten.cat.default": _cat, "aten.expand_copy.default": _expand, "aten.repeat.default": _repeat,
     "aten.embedding.default": _embedding,
+    "et_vk.select_as_symint.default": _select_as_symint, "sdpa_with_kv_cache.default": _sdpa_with_kv_cache,
 }
 #: Ops that only ever fold (every input is a constant or only its shape counts).
 FOLD_ONLY = ("aten.full.default", "aten.full_like.default", "aten.zeros.default", "aten.zeros_like.default",
@@ -615,5 +677,9 @@ SHAPE_ONLY = ("aten.full_like.default", "aten.zeros_like.default", "aten.ones_li
 NEVER_FOLD = ("et_vk.prepack.default",)  # a constant stays a TensorRef (packed, cacheable)
 
 
-def supported(name: str) -> bool:
-    return name in OPS or name in FOLD_ONLY
+def supported(name: str) -> str:
+    """"yes" (a GPU op builder), "folded" (numpy on constants only: full, arange, gather of a
+    constant table...) or "" (not supported)."""
+    if name in OPS:
+        return "yes"
+    return "folded" if name in FOLD_ONLY or kernels.kernel(name) is not None else ""

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from ..graph.report import LoadReport
 from ..runtime import Device
 from . import kernels
 from .lower import Lowering, device_dtype, supported
-from .reader import VULKAN_BACKEND, ExecutionPlan, PteFile, TensorInfo
+from .reader import VULKAN_BACKEND, ExecutionPlan, PteFile, TensorInfo, VkGraphInfo
 
 _MAX_STEPS = 1_000_000  # a chain of jumps that never ends is a malformed program
 
@@ -38,7 +39,11 @@ class OpUse:
     where: str  # "delegate 0" or "kernel"
     node: int
     name: str
-    supported: bool
+    support: str  # "yes", "folded" (CPU, constant inputs only) or "" (not supported)
+
+    @property
+    def supported(self) -> bool:
+        return bool(self.support)
 
 
 def list_ops(path: str | os.PathLike) -> list[OpUse]:
@@ -48,14 +53,14 @@ def list_ops(path: str | os.PathLike) -> list[OpUse]:
         out = []
         for k, d in enumerate(plan.delegates):
             if d.id != VULKAN_BACKEND:
-                out.append(OpUse(f"delegate {k}", -1, d.id, False))
+                out.append(OpUse(f"delegate {k}", -1, d.id, ""))
                 continue
             for op in pte.vkgraph(d).chain:
                 out.append(OpUse(f"delegate {k}", op.node_id, op.name, supported(op.name)))
         for i, ins in enumerate(plan.instructions):
             if ins.kind == "kernel":
                 name = plan.operators[ins.index]
-                out.append(OpUse("kernel", i, name, kernels.kernel(name) is not None))
+                out.append(OpUse("kernel", i, name, "yes" if kernels.kernel(name) is not None else ""))
         return out
 
 
@@ -68,6 +73,58 @@ def _io(plan: ExecutionPlan, ids: list[int], what: str, path: str) -> list[IOSpe
                                      "outputs are tensors")
         specs.append(IOSpec(f"{what}_{k}", v.value.sizes, v.value.dtype))
     return specs
+
+
+def warn_storage(path: str, lowerings: list[Lowering]) -> None:
+    """One warning per program when its delegates ask for storage vkgraph does not give them."""
+    asked = set().union(*(lw.not_honoured for lw in lowerings)) if lowerings else set()
+    if asked:
+        n = sum(bool(lw.not_honoured) for lw in lowerings)
+        warnings.warn(f"{path}: {n} of {len(lowerings)} delegates ask for {', '.join(sorted(asked))} storage; "
+                      "vkgraph runs program tensors in buffers", stacklevel=3)
+
+
+def checked_delegates(pte: PteFile, plan: ExecutionPlan) -> list[VkGraphInfo]:
+    """The VkGraph of every delegate, once every CPU kernel and delegate op is known to be supported
+    (UnsupportedOpError naming the first that is not; nothing is built)."""
+    for i, ins in enumerate(plan.instructions):
+        if ins.kind == "kernel" and kernels.kernel(plan.operators[ins.index]) is None:
+            raise UnsupportedOpError(f"{pte.path}: instruction {i}: CPU kernel {plan.operators[ins.index]!r} is not "
+                                     "supported by vkgraph")
+    infos = []
+    for k, d in enumerate(plan.delegates):
+        if d.id != VULKAN_BACKEND:
+            raise UnsupportedOpError(f"{pte.path}: delegate {k} is for backend {d.id!r}; vkgraph runs "
+                                     f"{VULKAN_BACKEND} delegates")
+        infos.append(pte.vkgraph(d))
+    for k, info in enumerate(infos):
+        for op in info.chain:
+            if not supported(op.name):
+                raise UnsupportedOpError(f"{pte.path}: delegate {k}, node {op.node_id} ({op.name}): the op is not "
+                                         "supported by vkgraph")
+    return infos
+
+
+def program_inputs(specs: list[IOSpec], npz: str | os.PathLike | None = None, seed: int = 0) -> list[np.ndarray]:
+    """A program's inputs: ``input_0, input_1, ...`` of an .npz file, or seeded random arrays
+    (floats standard normal, integers in [0, 8), booleans)."""
+    if npz:
+        with np.load(npz) as d:
+            missing = [s.name for s in specs if s.name not in d.files]
+            if missing:
+                raise ValueError(f"{os.fspath(npz)}: no array named {', '.join(missing)} (the program takes "
+                                 f"{', '.join(s.name for s in specs)})")
+            return [d[s.name] for s in specs]
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in specs:
+        if s.dtype == np.bool_:
+            out.append(rng.random(s.shape) < 0.5)
+        elif s.dtype.kind in "iu":
+            out.append(rng.integers(0, 8, s.shape).astype(s.dtype))
+        else:
+            out.append(rng.standard_normal(s.shape).astype(s.dtype))
+    return out
 
 
 def _merge(reports: list[LoadReport]) -> LoadReport:
@@ -94,6 +151,86 @@ def _merge(reports: list[LoadReport]) -> LoadReport:
     return LoadReport(**merged)
 
 
+Execute = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+class Chain:
+    """The instruction chain of ``plan`` run once: delegate ``k`` through ``delegates[k]`` (its
+    lowering, which names its graph inputs and outputs, and the function that executes its graph),
+    CPU kernels in numpy, moves and jumps as ExecuTorch runs them."""
+
+    def __init__(self, pte: PteFile, plan: ExecutionPlan, delegates: list[tuple[Lowering, Execute]]):
+        self.pte, self.plan, self.delegates = pte, plan, delegates
+
+    def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        plan = self.plan
+        values: list[Any] = [self._initial(v) for v in plan.values]
+        for i, a in zip(plan.inputs, arrays):
+            values[i] = a
+        pc = steps = 0
+        while pc < len(plan.instructions):
+            steps += 1
+            if steps > _MAX_STEPS:
+                raise PteFormatError(f"{self.pte.path}: the instruction chain ran {_MAX_STEPS} steps without ending")
+            ins = plan.instructions[pc]
+            pc += 1
+            if ins.kind == "delegate":
+                self._delegate(ins.index, ins.args, values)
+            elif ins.kind == "kernel":
+                self._kernel(plan.operators[ins.index], ins.args, values, pc - 1)
+            elif ins.kind == "move":
+                values[ins.target] = values[ins.index]
+            elif ins.kind == "jump_false":
+                if not bool(np.asarray(values[ins.index]).item()):
+                    pc = ins.target
+        return [np.asarray(values[i]) for i in plan.outputs]
+
+    def _initial(self, v) -> Any:
+        if v.kind == "tensor":
+            t: TensorInfo = v.value
+            return None if t.data is None else self.pte.array(*t.data, t.dtype, t.sizes)
+        return v.value
+
+    def _delegate(self, k: int, args: tuple[int, ...], values: list[Any]) -> None:
+        lowering, execute = self.delegates[k]
+        n_in = len(lowering.inputs)
+        feeds = {}
+        for name, i, vi in zip(lowering.inputs, args[:n_in], lowering.info.input_ids):
+            a = values[i]
+            if a is None:
+                raise VkGraphError(f"{self.pte.path}: delegate {k} reads value {i} before anything wrote it")
+            t = lowering.info.values[vi].value
+            feeds[name] = np.ascontiguousarray(np.asarray(a).astype(device_dtype(t.dtype))).reshape(t.dims)
+        got = execute(feeds)
+        for name, i, vi in zip(lowering.outputs, args[n_in:], lowering.info.output_ids):
+            t = lowering.info.values[vi].value
+            y = got[name]
+            if t.dtype == np.bool_:
+                y = y != 0
+            elif t.dtype.kind in "iu" and y.dtype.kind == "f":
+                y = np.rint(y)
+            values[i] = y.astype(t.dtype).reshape(t.dims)
+
+    def _kernel(self, op: str, args: tuple[int, ...], values: list[Any], at: int) -> None:
+        fn = kernels.kernel(op)
+        plan = self.plan
+        ins, outs = (args[:-2], args[-2:]) if op.endswith("out") else (args[:-1], args[-1:])
+        vals = []
+        for i in ins:
+            v = plan.values[i]
+            if v.kind in ("tensor_list", "optional_tensor_list", "int_list"):  # lists of value indices
+                vals.append([None if j < 0 else values[j] for j in v.value])
+            else:
+                vals.append(values[i])
+        try:
+            result = np.asarray(fn(*vals))
+        except (ValueError, TypeError, IndexError) as exc:
+            raise VkGraphError(f"{self.pte.path}: instruction {at} ({op}) failed: {exc}") from None
+        for o in outs:
+            t = plan.values[o].value
+            values[o] = result.astype(t.dtype).reshape(t.sizes) if isinstance(t, TensorInfo) else result
+
+
 class Program:
     """An ExecuTorch program loaded on a device. Use :func:`load_program`."""
 
@@ -109,21 +246,7 @@ class Program:
             self.plan = self.pte.plan()
             self.inputs = _io(self.plan, self.plan.inputs, "input", self.path)
             self.outputs = _io(self.plan, self.plan.outputs, "output", self.path)
-            for i, ins in enumerate(self.plan.instructions):
-                if ins.kind == "kernel" and kernels.kernel(self.plan.operators[ins.index]) is None:
-                    raise UnsupportedOpError(f"{self.path}: instruction {i}: CPU kernel "
-                                             f"{self.plan.operators[ins.index]!r} is not supported by vkgraph")
-            infos = []
-            for k, d in enumerate(self.plan.delegates):
-                if d.id != VULKAN_BACKEND:
-                    raise UnsupportedOpError(f"{self.path}: delegate {k} is for backend {d.id!r}; vkgraph runs "
-                                             f"{VULKAN_BACKEND} delegates")
-                infos.append(self.pte.vkgraph(d))
-            for k, info in enumerate(infos):  # every op checked before a device is opened
-                for op in info.chain:
-                    if not supported(op.name):
-                        raise UnsupportedOpError(f"{self.path}: delegate {k}, node {op.node_id} ({op.name}): the op "
-                                                 "is not supported by vkgraph")
+            infos = checked_delegates(self.pte, self.plan)
             if self._device is None:
                 self._device = Device(self.config.device.prefer or None, validation=self.config.device.validation,
                                       max_memory_nbytes=self.config.device.max_memory_nbytes)
@@ -134,6 +257,7 @@ class Program:
                 lowering = Lowering(g, self.pte, info, f"d{k}")
                 lowering.build()
                 self.graphs[-1] = (g, lowering)
+            warn_storage(self.path, [lw for _, lw in self.graphs])
             reports = []
             for g, _ in self.graphs:
                 if legacy:
@@ -166,73 +290,7 @@ class Program:
         """Run the program's forward method on ``arrays`` (its inputs, in order); returns its outputs."""
         if self.pte.mapping is None:
             raise VkGraphError(f"{self.path}: the program was closed")
-        plan = self.plan
-        values: list[Any] = [self._initial(v) for v in plan.values]
-        for i, a in zip(plan.inputs, self._check_inputs(arrays)):
-            values[i] = a
-        pc = steps = 0
-        while pc < len(plan.instructions):
-            steps += 1
-            if steps > _MAX_STEPS:
-                raise PteFormatError(f"{self.path}: the instruction chain ran {_MAX_STEPS} steps without ending")
-            ins = plan.instructions[pc]
-            pc += 1
-            if ins.kind == "delegate":
-                self._delegate(ins.index, ins.args, values)
-            elif ins.kind == "kernel":
-                self._kernel(plan.operators[ins.index], ins.args, values, pc - 1)
-            elif ins.kind == "move":
-                values[ins.target] = values[ins.index]
-            elif ins.kind == "jump_false":
-                if not bool(np.asarray(values[ins.index]).item()):
-                    pc = ins.target
-        return [np.asarray(values[i]) for i in plan.outputs]
-
-    def _initial(self, v) -> Any:
-        if v.kind == "tensor":
-            t: TensorInfo = v.value
-            return None if t.data is None else self.pte.array(*t.data, t.dtype, t.sizes)
-        return v.value
-
-    def _delegate(self, k: int, args: tuple[int, ...], values: list[Any]) -> None:
-        g, lowering = self.graphs[k]
-        n_in = len(lowering.inputs)
-        feeds = {}
-        for name, i, vi in zip(lowering.inputs, args[:n_in], lowering.info.input_ids):
-            a = values[i]
-            if a is None:
-                raise VkGraphError(f"{self.path}: delegate {k} reads value {i} before anything wrote it")
-            want = g.values[g.inputs[name].tensor]
-            feeds[name] = np.ascontiguousarray(np.asarray(a).astype(device_dtype(want.dtype))).reshape(want.shape)
-        got = g.execute(feeds)
-        for name, i, vi in zip(lowering.outputs, args[n_in:], lowering.info.output_ids):
-            t = lowering.info.values[vi].value
-            y = got[name]
-            if t.dtype == np.bool_:
-                y = y != 0
-            elif t.dtype.kind in "iu" and y.dtype.kind == "f":
-                y = np.rint(y)
-            y = y.astype(t.dtype).reshape(t.dims)
-            values[i] = y
-
-    def _kernel(self, op: str, args: tuple[int, ...], values: list[Any], at: int) -> None:
-        fn = kernels.kernel(op)
-        plan = self.plan
-        ins, outs = (args[:-2], args[-2:]) if op.endswith("out") else (args[:-1], args[-1:])
-        vals = []
-        for i in ins:
-            v = plan.values[i]
-            if v.kind in ("tensor_list", "optional_tensor_list", "int_list"):  # lists of value indices
-                vals.append([None if j < 0 else values[j] for j in v.value])
-            else:
-                vals.append(values[i])
-        try:
-            result = np.asarray(fn(*vals))
-        except (ValueError, TypeError, IndexError) as exc:
-            raise VkGraphError(f"{self.path}: instruction {at} ({op}) failed: {exc}") from None
-        for o in outs:
-            t = plan.values[o].value
-            values[o] = result.astype(t.dtype).reshape(t.sizes) if isinstance(t, TensorInfo) else result
+        return Chain(self.pte, self.plan, [(lw, g.execute) for g, lw in self.graphs]).run(self._check_inputs(arrays))
 
     def close(self) -> None:
         """Free every graph and the device it opened; unmap the file. Idempotent."""
@@ -245,6 +303,51 @@ class Program:
         self.pte.close()
 
     def __enter__(self) -> Program:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ProgramModel:
+    """A program opened for ``vkgraph bench load``, ``simulate`` and ``tune`` (the model
+    registry's kind "pte"): :meth:`build` puts every delegate into one graph, so that graph's
+    prepack is the program's whole load; :meth:`run` runs the chain on that graph (each delegate
+    call executes the graph with that delegate's inputs: delegates share no tensors)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self.pte = PteFile(self.path)
+        try:
+            self.plan = self.pte.plan()
+            self.inputs = _io(self.plan, self.plan.inputs, "input", self.path)
+            self.infos = checked_delegates(self.pte, self.plan)
+        except BaseException:
+            self.pte.close()
+            raise
+        self.lowerings: list[Lowering] = []
+
+    def build(self, g: ComputeGraph) -> None:
+        self.lowerings = []
+        for k, info in enumerate(self.infos):
+            lowering = Lowering(g, self.pte, info, f"d{k}")
+            lowering.build()
+            self.lowerings.append(lowering)
+        warn_storage(self.path, self.lowerings)
+
+    def run(self, g: ComputeGraph, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        feeds = {name: np.zeros(g.values[io.tensor].shape, g.values[io.tensor].dtype) for name, io in g.inputs.items()}
+
+        def execute(f: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            feeds.update(f)
+            return g.execute(feeds)
+
+        return Chain(self.pte, self.plan, [(lw, execute) for lw in self.lowerings]).run(arrays)
+
+    def close(self) -> None:
+        self.pte.close()
+
+    def __enter__(self) -> ProgramModel:
         return self
 
     def __exit__(self, *exc) -> None:
