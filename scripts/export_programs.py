@@ -229,14 +229,20 @@ def programs(gen: torch.Generator):
         "int8wo_mlp": (_quantize(QuantMLP(), "int8wo"), (rand(4, 64),)),
         "kv_decoder": (KVDecoder(), (torch.randint(0, 96, (1, 4), generator=gen), torch.tensor([0])),
                        [(torch.randint(0, 96, (1, 4), generator=gen), torch.tensor([4]))]),
+        "paged_mlp": (MLP(), (rand(4, 32),), (), 4096),
+        "paged_kv_decoder": (KVDecoder(), (torch.randint(0, 96, (1, 4), generator=gen), torch.tensor([0])),
+                             [(torch.randint(0, 96, (1, 4), generator=gen), torch.tensor([4]))], 4096),
     }
 
 
-def export(name: str, model: nn.Module, inputs: tuple, out: Path, more_calls: tuple = ()) -> None:
+def export(name: str, model: nn.Module, inputs: tuple, out: Path, more_calls: tuple = (),
+           segment_alignment: int = 128) -> None:
     """NAME.pte and NAME.npz: input_K and output_K of the first call, and for a stateful model
-    (one with a reset()) callN.input_K / callN.output_K of the calls after it, in order."""
+    (one with a reset()) callN.input_K / callN.output_K of the calls after it, in order.
+    ``segment_alignment`` 4096 puts every constant on a page of its own (vkgraph imports such
+    weights in place; ExecuTorch's default is 128)."""
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     model.eval()
     arrays = {}
@@ -250,13 +256,14 @@ def export(name: str, model: nn.Module, inputs: tuple, out: Path, more_calls: tu
         if hasattr(model, "reset"):
             model.reset()  # the program starts from the state the first call saw
         ep = torch.export.export(model, inputs)
-        prog = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()]).to_executorch()
+        prog = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()]).to_executorch(
+            ExecutorchBackendConfig(segment_alignment=segment_alignment))
     (out / f"{name}.pte").write_bytes(prog.buffer)
     np.savez(out / f"{name}.npz", **arrays)
     print(f"{name}: {len(prog.buffer)} bytes, {len(inputs)} inputs, {1 + len(more_calls)} calls")
 
 
-def export_minilm(directory: str, out: Path) -> None:
+def export_minilm(directory: str, out: Path, segment_alignment: int = 128) -> None:
     """all-MiniLM-L6-v2's BERT encoder (mean pooling and normalisation included) from a checkpoint
     directory (config.json, model.safetensors), for a batch of 3 sequences of 16 tokens."""
     from transformers import BertConfig, BertModel
@@ -280,7 +287,7 @@ def export_minilm(directory: str, out: Path) -> None:
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 20000, (3, 16), generator=gen)
     mask = torch.ones(3, 16, dtype=torch.int64)
-    export("minilm", Embed(), (ids, mask), out)
+    export("minilm", Embed(), (ids, mask), out, segment_alignment=segment_alignment)
 
 
 def main() -> int:
@@ -288,12 +295,13 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="export these programs only")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--minilm", metavar="DIR", help="export all-MiniLM-L6-v2 from this checkpoint directory instead")
+    ap.add_argument("--segment-alignment", type=int, default=128, help="for --minilm (4096: weights on pages)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     if args.minilm:
-        export_minilm(args.minilm, out)
+        export_minilm(args.minilm, out, args.segment_alignment)
         return 0
     for name, (model, inputs, *more) in programs(torch.Generator().manual_seed(0)).items():
         if not args.only or name in args.only:

@@ -162,3 +162,31 @@ def test_kv_cache_keeps_its_contents_between_runs(device):
         inputs, refs = calls[1]
         fresh = prog.run(*inputs)[0]
         assert np.abs(fresh - refs[0]).max() > 1e-2  # without the first call's keys the answer differs
+
+
+def test_page_aligned_weights_are_imported_in_place(device, tmp_path):
+    """Exported with segment_alignment=4096, identity-packed weights (biases, norms, KV caches)
+    start on pages: their file pages become the tensors' device memory, nothing is staged for
+    them. The KV caches are written in place on every run, and the file never changes."""
+    import hashlib
+    import shutil
+
+    for name in ("paged_mlp", "paged_kv_decoder"):
+        path = tmp_path / f"{name}.pte"
+        shutil.copy(PROGRAMS / f"{name}.pte", path)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        with np.load(PROGRAMS / f"{name}.npz") as d:
+            calls = [([d[k] for k in sorted(d.files) if k.startswith(f"{p}input_")],
+                      [d[k] for k in sorted(d.files) if k.startswith(f"{p}output_")]) for p in ("", "call1.")
+                     if f"{p}input_0" in d.files]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prog = load_program(path, GraphConfig(), device=device)
+        with prog:
+            in_place = [n for n, how in prog.report.tensor_paths.items() if how == "in-place"]
+            assert prog.report.zero_copy_tensors == len(in_place) >= 2
+            for inputs, refs in calls:
+                assert_close(prog.run(*inputs), refs)
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, f"{name}: the program file changed"
+    with load("mlp", device) as prog:  # ExecuTorch's default 128-byte alignment: packed as usual
+        assert prog.report.zero_copy_tensors == 0

@@ -16,7 +16,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Collection, Iterator
 
 import numpy as np
 
@@ -51,10 +51,45 @@ def _probe_file_imports(device: Device, pages: memoryview) -> Exception | None:
         with Device(device.prefer, validation=device.validation) as probe:
             ImportedBuffer(probe, pages, PAGE, name="file import probe").destroy()
     except (VulkanError, ValueError) as exc:
-        if _fatal(exc):
+        if fatal_import_error(exc):
             raise
         return exc
     return None
+
+
+def imports_file_pages(dev: Device, page: memoryview, what: str) -> bool:
+    """Whether ``dev`` takes file-backed pages (``page``: one page of a file mapping) as device
+    memory: it needs VK_EXT_external_memory_host, and drivers may still refuse file-backed pages
+    (Mesa and IREE probe for it), so one page is imported once per device and driver to find
+    out; the answer is remembered in the user cache dir. ``what`` names what is copied instead."""
+    align = dev.physical.min_imported_host_pointer_alignment
+    if not (dev.has_external_memory_host and align and PAGE % align == 0):
+        return False
+    if dev not in FILE_IMPORTS:
+        path, known, ident = _remembered_imports(dev)
+        if isinstance(known.get(ident), bool):
+            FILE_IMPORTS[dev] = known[ident]
+        else:
+            refused = _probe_file_imports(dev, page)
+            if refused is None:
+                FILE_IMPORTS[dev] = True
+            else:
+                refused_file_pages(dev, refused, what)  # says so, once
+            known[ident] = FILE_IMPORTS[dev]
+            try:
+                atomic_write(path, json.dumps(known).encode())
+            except OSError:
+                pass  # probed again by the next process
+    return FILE_IMPORTS[dev]
+
+
+def refused_file_pages(dev: Device, exc: Exception, what: str) -> None:
+    """An import failed for another reason than the budget or a lost device: this device does
+    not take file-backed pages (said once), and ``what`` is copied into device memory."""
+    if FILE_IMPORTS.get(dev) is not False:
+        warnings.warn(f"{dev.name} refuses to import file-backed pages as device memory ({exc}): {what} are "
+                      "copied into device memory instead", stacklevel=6)
+    FILE_IMPORTS[dev] = False
 
 
 def _remembered_imports(device: Device) -> tuple[Path, dict, str]:
@@ -67,7 +102,7 @@ def _remembered_imports(device: Device) -> tuple[Path, dict, str]:
     return path, known, json.dumps(device_identity(device), sort_keys=True)
 
 
-def _fatal(exc: Exception) -> bool:
+def fatal_import_error(exc: Exception) -> bool:
     """A failed import that is not the driver refusing file-backed pages, and fails the load: the
     device budget, a lost device, a timeout. (NVIDIA's driver refuses such pages with
     VK_ERROR_OUT_OF_DEVICE_MEMORY: from the driver, that answer to an import is a refusal, and
@@ -155,13 +190,14 @@ class PackedWeightCache:
         return (f"{src.name}|{ident}|{src.shape}|{src.dtype}|{p.name}[{defines}]|{shader}|"
                 f"{dst.layout}|{dst.shape}|{dst.nbytes}")
 
-    def lookup(self) -> dict[int, Entry]:
-        """{prepack node index: entry} for the nodes the file holds, every region checked."""
+    def lookup(self, skip: Collection[int] = ()) -> dict[int, Entry]:
+        """{prepack node index: entry} for the nodes the file holds, every region checked;
+        ``skip``: nodes that need no cache (their weights are imported in place)."""
         g = self.graph
         self.file = open_cache(self.path, self.identity)
         self.keys, hits = {}, {}
         for i, node in enumerate(g.prepack_nodes):
-            if g.values[node.dst].storage != "buffer":
+            if g.values[node.dst].storage != "buffer" or i in skip:
                 continue  # textures are not cached
             key = self.keys[i] = self.key(node)
             entry = self.file.entries.get(key) if self.file else None
@@ -193,7 +229,7 @@ class PackedWeightCache:
                 g.memory.adopt(dst, self._import(padded, dst.nbytes, dst.name))
                 return "zero-copy"
             except (VulkanError, ValueError) as exc:
-                if _fatal(exc):
+                if fatal_import_error(exc):
                     raise
                 self._refused(exc)
         g.memory.upload(dst, np.frombuffer(self.file.region(entry), np.uint8))
@@ -203,38 +239,10 @@ class PackedWeightCache:
         return ImportedBuffer(self.graph.device, pages, nbytes, name=name)
 
     def _imports_file_pages(self) -> bool:
-        """Whether the device takes this file's pages as device memory: it needs
-        VK_EXT_external_memory_host, and drivers may still refuse file-backed pages (Mesa and
-        IREE probe for it), so one page is imported once per device and driver to find out."""
-        dev = self.graph.device
-        align = dev.physical.min_imported_host_pointer_alignment
-        if not (dev.has_external_memory_host and align and PAGE % align == 0):
-            return False
-        if dev not in FILE_IMPORTS:
-            path, known, ident = _remembered_imports(dev)
-            if isinstance(known.get(ident), bool):
-                FILE_IMPORTS[dev] = known[ident]
-            else:
-                refused = _probe_file_imports(dev, memoryview(self.file.mapping)[:PAGE])
-                if refused is None:
-                    FILE_IMPORTS[dev] = True
-                else:
-                    self._refused(refused)  # says so, once
-                known[ident] = FILE_IMPORTS[dev]
-                try:
-                    atomic_write(path, json.dumps(known).encode())
-                except OSError:
-                    pass  # probed again by the next process
-        return FILE_IMPORTS[dev]
+        return imports_file_pages(self.graph.device, memoryview(self.file.mapping)[:PAGE], "packed-weight cache hits")
 
     def _refused(self, exc: Exception) -> None:
-        """An import failed for another reason than the budget or a lost device: this device does
-        not take file-backed pages (said once), and hits are copied."""
-        dev = self.graph.device
-        if FILE_IMPORTS.get(dev) is not False:
-            warnings.warn(f"{dev.name} refuses to import file-backed pages as device memory ({exc}): the "
-                          "packed-weight cache is copied into device memory instead", stacklevel=6)
-        FILE_IMPORTS[dev] = False
+        refused_file_pages(self.graph.device, exc, "packed-weight cache hits")
 
     def save(self, hits: dict[int, Entry]) -> float:
         """Write what the load packed (the keyed nodes that were not hits) to the file, once;

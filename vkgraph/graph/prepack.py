@@ -14,12 +14,13 @@
 
 from __future__ import annotations
 
+import mmap
 import time
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import DeviceLostError, FenceTimeoutError, OutOfDeviceMemoryError, VkGraphError
+from ..errors import DeviceLostError, FenceTimeoutError, OutOfDeviceMemoryError, VkGraphError, VulkanError
 from ..runtime import (
     CommandBuffer,
     CommandPool,
@@ -316,17 +317,57 @@ class Prepacker:
             from ..cache.packed_cache import PackedWeightCache
 
             self.cache = PackedWeightCache(g, Path(path))
-        hits = self.cache.lookup() if self.cache else {}
-        nodes = [n for i, n in enumerate(g.prepack_nodes) if i not in hits]
+        in_place = self._import_in_place()
+        hits = self.cache.lookup(skip=in_place) if self.cache else {}
+        nodes = [n for i, n in enumerate(g.prepack_nodes) if i not in hits and i not in in_place]
         plan = plan_prepack(mode, [n.staging_nbytes(g) for n in nodes], g.staging_alignment, g.config)
         run = PrepackRun(g, plan, nodes, hits, progress, t0, self.read_done, len(self.cache.keys) if self.cache else 0)
         try:
+            for i in in_place:
+                src = g.values[g.prepack_nodes[i].src]
+                src.readers -= 1  # its pages are the tensor's memory now: never released
+                run.report.tensor_paths[src.name] = "in-place"
+                run.report.zero_copy_tensors += 1
+                run.node_done()
             if hits:
                 CacheHits(self.cache).load(run)
         except BaseException:
             run.close()
             raise
         return run
+
+    def _import_in_place(self) -> set[int]:
+        """Identity-packed weights whose source lends whole file pages (an ExecuTorch program's
+        page-aligned segments) get those pages as their device memory, when the device imports
+        file-backed pages: no staging, no copy. Pages are lent once: ExecuTorch stores identical
+        constants once (two zeroed KV caches share one region), and tensors written in place must
+        not share memory. Returns their node indices; an import the device refuses leaves its
+        node to the other paths."""
+        from ..cache.packed_cache import fatal_import_error, imports_file_pages, refused_file_pages
+        from ..runtime.memory import ImportedBuffer
+
+        g = self.graph
+        done: set[int] = set()
+        lent: set[tuple[str, int]] = set()  # (file, offset) of the pages already imported
+        for i, node in enumerate(g.prepack_nodes):
+            dst, source = g.values[node.dst], g.values[node.src].source
+            origin = getattr(source, "origin", None)
+            if node.packer.shader is not None or dst.storage != "buffer" or dst.buffer is not None or \
+                    origin is None or origin in lent:
+                continue
+            pages = getattr(source, "pages", lambda: None)()
+            if pages is None or not imports_file_pages(g.device, pages[:mmap.PAGESIZE], "weights in file pages"):
+                continue
+            try:
+                g.memory.adopt(dst, ImportedBuffer(g.device, pages, dst.nbytes, name=dst.name))
+            except (VulkanError, ValueError) as exc:
+                if fatal_import_error(exc):
+                    raise
+                refused_file_pages(g.device, exc, "weights in file pages")
+                continue
+            done.add(i)
+            lent.add(origin)
+        return done
 
     def _finish(self, run: PrepackRun) -> LoadReport:
         report = run.finish()

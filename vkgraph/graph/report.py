@@ -52,7 +52,7 @@ class LoadReport:
     zero_copy_tensors: int = 0  # cache hits whose device memory is the cache file's pages
     cache_save_s: float = 0.0  # writing the cache after the load (not part of load_s)
     retried_after: str = ""  # why a staged attempt failed before this reduce-peak load ("auto" mode)
-    tensor_paths: dict[str, str] = field(default_factory=dict)  # with a cache: packed | copy | zero-copy
+    tensor_paths: dict[str, str] = field(default_factory=dict)  # packed | copy | zero-copy (cache) | in-place
     spans: list[CommandBufferSpan] = field(default_factory=list)
     waits: list[tuple[float, float]] = field(default_factory=list)  # CPU blocked on fences
 

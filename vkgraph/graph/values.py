@@ -59,11 +59,16 @@ class ArraySource:
     """Bytes of a numpy array (or a view of a memory map). ``release()`` drops the reference,
     and for a view of a file mapping tells the kernel the pages are no longer needed."""
 
-    def __init__(self, array: np.ndarray, mapping: mmap.mmap | None = None, offset: int = 0, path: str = ""):
+    def __init__(self, array: np.ndarray, mapping: mmap.mmap | None = None, offset: int = 0, path: str = "",
+                 importable: bool = False):
         self._array: np.ndarray | None = np.ascontiguousarray(array)
         self.nbytes = self._array.nbytes
         self._mapping = mapping
         self._offset = offset
+        #: the file's pages may become the tensor's device memory (``pages()``): the mapping is
+        #: private and stays open while the tensor lives
+        self.importable = importable
+        self._lent = False  # pages() was taken: release() must leave the pages alone
         #: (file, offset) of bytes read through a file mapping: lets the packed-weight cache
         #: remember their fingerprint for as long as the file is unchanged
         self.origin: tuple[str, int] | None = (os.path.abspath(path), offset) if path else None
@@ -87,9 +92,22 @@ class ArraySource:
         """In-memory arrays are hashed whole; views of a file mapping are sampled."""
         return fingerprint(self.read(), sampled=self._mapping is not None)
 
+    def pages(self) -> memoryview | None:
+        """The whole pages of the file mapping that hold these bytes, for a device to import as
+        the tensor's memory: only for an ``importable`` source that starts on a page, whose last
+        page the mapping holds. Once taken, :meth:`release` leaves the pages mapped."""
+        page = mmap.PAGESIZE
+        if not self.importable or self._mapping is None or self._offset % page or not self.nbytes:
+            return None
+        end = self._offset + -(-self.nbytes // page) * page
+        if end > len(self._mapping):
+            return None
+        self._lent = True
+        return memoryview(self._mapping)[self._offset:end]
+
     def release(self) -> None:
         self._array = None
-        if self._mapping is not None and self.nbytes:
+        if self._mapping is not None and self.nbytes and not self._lent:
             # Drop this tensor's pages from the process: they are clean file pages, so the
             # kernel can discard them (a later read would fault them back in from the file).
             page = mmap.PAGESIZE

@@ -93,7 +93,7 @@ class Lowering:
         name = f"{self.label}.c{t.constant_id}" if t.constant_id >= 0 and i not in self.consts else f"{self.label}.v{i}"
         if t.constant_id >= 0 and i not in self.consts and t.dtype in _IN_PLACE:
             off, _ = self.info.constants[t.constant_id]
-            src = ArraySource(arr, mapping=self.pte.mapping, offset=off, path=self.pte.path)
+            src = ArraySource(arr, mapping=self.pte.mapping, offset=off, path=self.pte.path, importable=True)
             ref = self.g.add_tensorref(src, name, shape=t.dims, dtype=t.dtype)
         else:  # folded, or stored in another dtype: int32 for integers, float32 for the rest (bool as 0/1)
             want = np.int32 if t.dtype in _INT and np.asarray(arr).dtype.kind in "iu" else np.float32
