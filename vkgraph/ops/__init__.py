@@ -465,7 +465,8 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
 MAX_COPY_DIMS = 6  # glsl/copy_nd.glsl
 
 
-def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    """Element strides of a C-contiguous tensor of ``shape``."""
     strides, acc = [], 1
     for dim in reversed(shape):
         strides.append(acc)
@@ -499,8 +500,8 @@ def permute(g: ComputeGraph, x: ValueRef, dims: Sequence[int]) -> ValueRef:
         raise ValueError(f"permute: {list(dims)} is not a permutation of {len(xt.shape)} dims")
     shape = [xt.shape[d] for d in dims]
     out = g.add_tensor(shape, xt.dtype)
-    src = _contiguous_strides(xt.shape)
-    strided_copy(g, out, x, shape, [src[d] for d in dims], _contiguous_strides(shape))
+    src = contiguous_strides(xt.shape)
+    strided_copy(g, out, x, shape, [src[d] for d in dims], contiguous_strides(shape))
     return out
 
 
@@ -598,7 +599,7 @@ def linear_qw(g: ComputeGraph, x: ValueRef, weight: ValueRef, scales: ValueRef, 
     return y
 
 __all__ = [
-    "add", "binary", "cast", "conv2d", "embedding", "gelu", "kv_write", "l2_normalize", "layer_norm", "linear",
-    "linear_qw", "matmul", "mean_pool", "mul", "permute", "pool2d", "reduce", "relu", "rms_norm", "rope", "sdpa", "silu",
-    "softmax", "strided_copy", "sub", "to_buffer", "to_texture", "unary", "where",
+    "add", "binary", "cast", "contiguous_strides", "conv2d", "embedding", "gelu", "kv_write", "l2_normalize",
+    "layer_norm", "linear", "linear_qw", "matmul", "mean_pool", "mul", "permute", "pool2d", "reduce", "relu", "rms_norm",
+    "rope", "sdpa", "silu", "softmax", "strided_copy", "sub", "to_buffer", "to_texture", "unary", "where",
 ]

@@ -316,7 +316,7 @@ def _bitwise(op: str) -> Callable:
     return build
 
 
-def _unary(op: str, *params: str) -> Callable:
+def _unary(op: str) -> Callable:
     def build(L: Lowering, x: int, *rest: int) -> None:
         out = rest[-1]
         vals = [L.arg(i) for i in rest[:-1]]
@@ -407,8 +407,7 @@ def _linear(L: Lowering, x: int, w: int, b: int, out: int) -> None:
 
 
 def _matmul(L: Lowering, a: int, b: int, out: int) -> None:
-    bref = L.weight(b) if L.const(b) is not None else L.t(b)
-    L.set(out, ops.matmul(L.g, L.t(a), bref))
+    L.set(out, _matmul_ref(L, a, b))
 
 
 def _addmm(L: Lowering, bias: int, a: int, b: int, beta: int, alpha: int, out: int) -> None:
@@ -499,7 +498,6 @@ def _prepack(L: Lowering, x: int, out: int) -> None:
 
 
 def _view(L: Lowering, x: int, *rest: int) -> None:
-    ref = L.refs.get(rest[-1])
     src = L.refs.get(x)
     if src is not None and isinstance(L.g.values[src], Tensor) and L.g.values[src].dtype != np.float32:
         L.set(rest[-1], src)  # ids keep their int32
@@ -526,18 +524,14 @@ def _permute(L: Lowering, x: int, dims: int, out: int) -> None:
     L.set(out, ops.permute(L.g, L.t(x), [int(d) % nd for d in L.arg(dims)]))
 
 
-def _strides(shape: Sequence[int]) -> list[int]:
-    return ops._contiguous_strides(shape)
-
-
 def _select(L: Lowering, x: int, dim: int, index: int, out: int) -> None:
     shape = L.dims(x)
     d = int(L.arg(dim)) % len(shape)
     i = int(L.arg(index)) % shape[d]
-    st = _strides(shape)
+    st = ops.contiguous_strides(shape)
     size = [s for k, s in enumerate(shape) if k != d]
     y = L.g.add_tensor(size, np.float32)
-    ops.strided_copy(L.g, y, L.t(x), size, [s for k, s in enumerate(st) if k != d], _strides(size), i * st[d])
+    ops.strided_copy(L.g, y, L.t(x), size, [s for k, s in enumerate(st) if k != d], ops.contiguous_strides(size), i * st[d])
     L.set(out, y)
 
 
@@ -548,11 +542,11 @@ def _slice(L: Lowering, x: int, dim: int, start: int, end: int, step: int, out: 
     s = 0 if s is None else int(s)
     s = max(0, min(shape[d], s + shape[d] if s < 0 else s))
     size = list(L.dims(out))
-    st = _strides(shape)
+    st = ops.contiguous_strides(shape)
     src = list(st)
     src[d] *= int(L.arg(step) or 1)
     y = L.g.add_tensor(size, np.float32)
-    ops.strided_copy(L.g, y, L.t(x), size, src, _strides(size), s * st[d])
+    ops.strided_copy(L.g, y, L.t(x), size, src, ops.contiguous_strides(size), s * st[d])
     L.set(out, y)
 
 
@@ -560,13 +554,13 @@ def _cat(L: Lowering, xs: int, dim: int, out: int) -> None:
     shape = L.dims(out)
     d = int(L.arg(dim)) % len(shape)
     y = L.g.add_tensor(shape, np.float32)
-    ost = _strides(shape)
+    ost = ops.contiguous_strides(shape)
     offset = 0
     for i in L.arg(xs):
         part = L.dims(i)
         if int(np.prod(part)) == 0:
             continue
-        ops.strided_copy(L.g, y, L.t(i), part, _strides(part), ost, 0, offset * ost[d])
+        ops.strided_copy(L.g, y, L.t(i), part, ops.contiguous_strides(part), ost, 0, offset * ost[d])
         offset += part[d]
     L.set(out, y)
 
@@ -575,9 +569,9 @@ def _expand(L: Lowering, x: int, size: int, *rest: int) -> None:
     out = rest[-1]
     shape = L.dims(out)
     src_shape = (1,) * (len(shape) - len(L.dims(x))) + tuple(L.dims(x))
-    src = [0 if n == 1 and m != 1 else s for n, m, s in zip(src_shape, shape, _strides(src_shape))]
+    src = [0 if n == 1 and m != 1 else s for n, m, s in zip(src_shape, shape, ops.contiguous_strides(src_shape))]
     y = L.g.add_tensor(shape, np.float32)
-    ops.strided_copy(L.g, y, L.t(x), shape, src, _strides(shape))
+    ops.strided_copy(L.g, y, L.t(x), shape, src, ops.contiguous_strides(shape))
     L.set(out, y)
 
 
@@ -586,8 +580,8 @@ def _repeat(L: Lowering, x: int, reps: int, out: int) -> None:
     src_shape = (1,) * (len(reps) - len(L.dims(x))) + tuple(L.dims(x))
     # out viewed as (r0, s0, r1, s1, ...): the repetitions have stride 0 in the source
     size, src, dst = [], [], []
-    ost = _strides([r * s for r, s in zip(reps, src_shape)])
-    for r, s, ss, os_ in zip(reps, src_shape, _strides(src_shape), ost):
+    ost = ops.contiguous_strides([r * s for r, s in zip(reps, src_shape)])
+    for r, s, ss, os_ in zip(reps, src_shape, ops.contiguous_strides(src_shape), ost):
         size += [r, s]
         src += [0, ss]
         dst += [os_ * s, os_]
@@ -669,10 +663,6 @@ OPS: dict[str, Callable[..., None]] = {
     "aten.embedding.default": _embedding,
     "et_vk.select_as_symint.default": _select_as_symint, "sdpa_with_kv_cache.default": _sdpa_with_kv_cache,
 }
-#: Ops that only ever fold (every input is a constant or only its shape counts).
-FOLD_ONLY = ("aten.full.default", "aten.full_like.default", "aten.zeros.default", "aten.zeros_like.default",
-             "aten.ones.default", "aten.ones_like.default", "aten.arange.start_step", "aten.arange.default",
-             "aten.scalar_tensor.default")
 SHAPE_ONLY = ("aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")
 NEVER_FOLD = ("et_vk.prepack.default",)  # a constant stays a TensorRef (packed, cacheable)
 
@@ -682,4 +672,4 @@ def supported(name: str) -> str:
     constant table...) or "" (not supported)."""
     if name in OPS:
         return "yes"
-    return "folded" if name in FOLD_ONLY or kernels.kernel(name) is not None else ""
+    return "folded" if kernels.kernel(name) is not None else ""
