@@ -3,6 +3,7 @@ import pytest
 
 from vkgraph import ops
 from vkgraph.config import GraphConfig
+from vkgraph.errors import VkGraphError
 from vkgraph.graph import ComputeGraph
 
 
@@ -486,3 +487,21 @@ def test_linear_qw(device, compiler, bits, group, gn, zp, bias):
     gidx = np.arange(k) // group
     w = (q - zeros[:, gidx]) * scales[:, gidx]
     np.testing.assert_allclose(out, x @ w.T + (b if bias else 0), rtol=1e-4, atol=1e-3)
+
+
+def test_execute_profile_times_every_dispatch(device, compiler):
+    x = rng_for(8, 33).standard_normal((8, 33)).astype(np.float32)
+    with ComputeGraph(GraphConfig(), device=device, compiler=compiler) as g:
+        r = g.add_input(x.shape, x.dtype, "x")
+        y = ops.unary(g, ops.binary(g, ops.unary(g, r, "exp"), r, "mul"), "tanh")
+        g.set_output(ops.softmax(g, y), "out")
+        g.run_prepack()
+        g.encode_execute(profile=True)
+        with pytest.raises(VkGraphError, match="no execute has completed yet"):
+            g.execute_profile()  # the timestamps were never written: never wait for them
+        out = g.execute({"x": x})["out"]
+        prof = g.execute_profile()
+    e = np.tanh(np.exp(x) * x)
+    np.testing.assert_allclose(out, np.exp(e) / np.exp(e).sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert {k: n for k, (_, n) in prof.items()} == {"unary": 2, "binary": 1, "softmax": 1}
+    assert all(sec >= 0 for sec, _ in prof.values()) and sum(sec for sec, _ in prof.values()) > 0

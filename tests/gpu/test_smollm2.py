@@ -34,3 +34,15 @@ def test_context_overflow_is_clear(device, smollm2_path):
     with LlamaSession(smollm2_path, device=device, max_context=8) as s:
         with pytest.raises(ValueError, match="exceed the 8-token context"):
             s.generate("one two three four five six", 5)
+
+
+def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, capsys):
+    assert cli.main(["bench", "decode", "--prompt-tokens", "3", "--new-tokens", "2", "--profile", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["prompt_tokens"] == 3 and r["new_tokens"] == 2 and r["device"] == device.name
+    assert r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and r["time_to_first_token_s"] > 0
+    # every dispatch of a decode step is in the profile, under its op kind
+    assert sum(n for _, n in r["profile"].values()) == r["dispatches_per_token"] == 543
+    assert r["profile"]["linear_quant"][1] == 211 and all(sec > 0 for sec, _ in r["profile"].values())
+    times = [sec for sec, _ in r["profile"].values()]
+    assert times == sorted(times, reverse=True)  # top ops first

@@ -1,4 +1,5 @@
-"""``vkgraph bench load``: one or more measured loads in this process (numbers, never pass/fail)."""
+"""``vkgraph bench load``: one or more measured loads in this process; ``vkgraph bench decode``:
+tokens per second of a llama model, with GPU time per op kind (numbers, never pass/fail)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,29 @@ def cmd_bench_load(args: argparse.Namespace) -> int:
     return 0 if r.output_ok else 1
 
 
+def cmd_bench_decode(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from ..tools.bench import decode_bench
+
+    r = decode_bench(args.model, args.prompt_tokens, args.new_tokens, args.config, profile=args.profile)
+    if args.json:
+        print(json.dumps(asdict(r)))
+        return 0
+    print(f"{r.model} on {r.device}: {r.prompt_tokens}-token prompt, {r.new_tokens} new tokens, "
+          f"{r.dispatches_per_token} dispatches per token")
+    print(f"prefill {r.prefill_tok_s:.2f} tok/s (fed token by token)  time to first token {r.time_to_first_token_s:.3f} s"
+          f"  decode {r.decode_tok_s:.2f} tok/s")
+    if r.profile:
+        total = sum(sec for sec, _ in r.profile.values())
+        print(f"\nGPU time per decoded token, by op kind (timestamps after every dispatch): {total * 1000:.1f} ms\n")
+        print("| op kind | ms / token | share | dispatches / token |")
+        print("|---|---|---|---|")
+        for kind, (sec, n) in r.profile.items():
+            print(f"| {kind} | {sec * 1000:.2f} | {sec / total:.0%} | {n} |")
+    return 0
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks (numbers, never pass/fail timing)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
@@ -57,3 +81,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="run the model and compare with its reference after every load, or only the last "
                          "(earlier loads then follow each other with nothing in between; output_ok null)")
     bl.set_defaults(fn=cmd_bench_load)
+    bd = bench_sub.add_parser("decode", help="prompt and greedy decoding of a llama model: tokens per second")
+    bd.add_argument("--model", default="smollm2", help="smollm2 or a llama .gguf file (default smollm2)")
+    bd.add_argument("--prompt-tokens", type=int, default=16, help="prompt length (the sample prompt repeated)")
+    bd.add_argument("--new-tokens", type=int, default=16, help="tokens to decode")
+    bd.add_argument("--config", help="TOML config (default configs/default.toml)")
+    bd.add_argument("--profile", action="store_true", help="GPU time per op kind of each decode step")
+    bd.add_argument("--json", action="store_true")
+    bd.set_defaults(fn=cmd_bench_decode)

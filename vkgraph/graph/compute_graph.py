@@ -274,15 +274,28 @@ class ComputeGraph:
 
     # --- execute ------------------------------------------------------------------------------
 
-    def encode_execute(self) -> None:
+    def encode_execute(self, profile: bool = False) -> None:
         """Bind memory for every non-constant tensor and IO staging, and record the execute
-        command buffers once (split by the execute thresholds)."""
+        command buffers once (split by the execute thresholds). ``profile``: with a timestamp
+        after every dispatch (see :meth:`execute_profile`); only on the first call."""
         self.check_usable()
         if not self.prepacked:
             raise VkGraphError("prepack the graph (run_prepack() or prepack()) before encoding execute")
         if self._execute is None:
             self.prepare()
-            self._execute = ExecutePlan(self)
+            self._execute = ExecutePlan(self, profile)
+        elif profile and self._execute.queries is None:
+            raise VkGraphError("execute was already encoded without profiling")
+
+    def execute_profile(self) -> dict[str, tuple[float, int]]:
+        """GPU time of the last execute per op kind: {shader: (seconds, dispatches)}, largest
+        first (the graph's execute must have been encoded with ``profile=True``)."""
+        if self._execute is None:
+            raise VkGraphError("nothing was executed yet")
+        try:
+            return self._execute.profile()
+        except ValueError as exc:
+            raise VkGraphError(str(exc)) from None
 
     def copy_into_staging(self, name: str, array: np.ndarray) -> None:
         self.encode_execute()

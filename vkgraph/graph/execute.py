@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from ..errors import DeviceLostError, FenceTimeoutError
-from ..runtime import CommandPool, DescriptorPool, DescriptorType, Fence, MemoryKind, submit_and_wait
+from ..runtime import (CommandPool, DescriptorPool, DescriptorType, Fence, MemoryKind, Stage, TimestampQueryPool,
+                       submit_and_wait)
 from .scheduler import batches, execute_cut_points
 from .values import Tensor
 
@@ -18,12 +19,16 @@ if TYPE_CHECKING:
 
 
 class ExecutePlan:
-    """The recorded execute command buffers of a prepacked graph."""
+    """The recorded execute command buffers of a prepacked graph. With ``profile``, a timestamp
+    is written before the first dispatch and after each one, and :meth:`profile` gives the GPU
+    time of the last run per op kind (shader)."""
 
-    def __init__(self, graph: ComputeGraph):
+    def __init__(self, graph: ComputeGraph, profile: bool = False):
         """Bind memory for every non-constant tensor and the IO staging, and record the command
         buffers."""
         self.graph = graph
+        self.queries: TimestampQueryPool | None = None
+        self.runs = 0  # completed runs (the profile reads the last one's timestamps)
         g = graph
         for v in g.values:
             if isinstance(v, Tensor) and v.resource is None and not v.constant and v.view_of is None:
@@ -40,6 +45,8 @@ class ExecutePlan:
         self.pool = CommandPool(g.device)
         self.dpool = None
         try:
+            if profile:
+                self.queries = TimestampQueryPool(g.device, len(nodes) + 1)
             types = [t for n in nodes for t in n.binding_types(g)]
             self.dpool = DescriptorPool(g.device, max(1, len(nodes)), {
                 DescriptorType.STORAGE_BUFFER: max(1, types.count(DescriptorType.STORAGE_BUFFER)),
@@ -52,8 +59,13 @@ class ExecutePlan:
                     for io in g.inputs.values():
                         cmd.copy_buffer(io.buffer, g.values[io.tensor].buffer)
                     cmd.compute_barrier()
+                    if self.queries is not None:
+                        cmd.reset_query_pool(self.queries)
+                        cmd.write_timestamp(self.queries, 0, Stage.BOTTOM_OF_PIPE)
                 for n in batch:
                     nodes[n].encode(g, cmd, self.dpool)
+                    if self.queries is not None:  # after the node's barrier: its dispatch has finished
+                        cmd.write_timestamp(self.queries, n + 1, Stage.BOTTOM_OF_PIPE)
                 if i == len(plan) - 1:
                     for io in g.outputs.values():
                         cmd.copy_buffer(g.values[io.tensor].buffer, io.buffer)
@@ -90,13 +102,28 @@ class ExecutePlan:
         try:
             self.fence.reset()
             submit_and_wait(g.device, self.cmds, self.fence, g.fence_timeout_s)
+            self.runs += 1
         except (FenceTimeoutError, DeviceLostError) as exc:
             # The command buffers may still be running (or the device is gone): never reuse them.
             g.failed = f"an earlier execute failed ({type(exc).__name__}: {exc})"
             raise
         return {name: self.copy_from_staging(name) for name in g.outputs}
 
+    def profile(self) -> dict[str, tuple[float, int]]:
+        """{op kind (shader name): (GPU seconds, dispatches)} of the last run, largest first."""
+        if self.queries is None:
+            raise ValueError("the execute plan was not recorded with profile=True")
+        if not self.runs:
+            raise ValueError("no execute has completed yet: there is nothing to profile")
+        ts = self.queries.results_ns()
+        out: dict[str, list] = {}
+        for node, t0, t1 in zip(self.graph.execute_nodes, ts, ts[1:]):
+            acc = out.setdefault(node.shader, [0.0, 0])
+            acc[0] += (t1 - t0) / 1e9
+            acc[1] += 1
+        return {k: (v[0], v[1]) for k, v in sorted(out.items(), key=lambda kv: -kv[1][0])}
+
     def destroy(self) -> None:
-        for obj in (getattr(self, "fence", None), self.dpool, self.pool):
+        for obj in (getattr(self, "fence", None), self.queries, self.dpool, self.pool):
             if obj is not None:
                 obj.destroy()

@@ -232,7 +232,7 @@ class LlamaSession:
 
     def __init__(self, path: str | Path | None = None, config: GraphConfig | None = None, *,
                  max_context: int = DEFAULT_CONTEXT, legacy: bool = False, progress: ProgressFn | None = None,
-                 device=None):
+                 device=None, profile: bool = False):
         self.path = gguf_path(path)
         self.file = GGUFFile(self.path)
         self.graph: ComputeGraph | None = None
@@ -244,6 +244,7 @@ class LlamaSession:
             build(self.graph, self.file, self.config, self.max_context)
             self.graph.prepare()
             self.report: LoadReport = self.graph.prepack() if legacy else self.graph.run_prepack(progress)
+            self.graph.encode_execute(profile=profile)  # profile: GPU time per op kind (graph.execute_profile())
         except BaseException:
             self.close()
             raise

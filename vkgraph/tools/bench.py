@@ -6,7 +6,8 @@ import gc
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ from ..config import GraphConfig, load_config
 from ..graph.compute_graph import ComputeGraph
 from ..graph.report import LoadReport
 from ..models import outputs_match
-from ..models.registry import Model, open_model, resolve
+from ..models.registry import SAMPLE_PROMPT, Model, open_model, resolve
 from ..paths import DEFAULT_CONFIG, user_cache_dir
 from ..runtime import reported_messages
 
@@ -185,3 +186,57 @@ def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: 
     if reported:
         raise RuntimeError(f"{' '.join(cmd[1:])}: Vulkan reported {len(reported)} message(s):\n" + "\n".join(reported[:20]))
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+@dataclass
+class DecodeResult:
+    """``vkgraph bench decode``: a prompt fed token by token, then greedy decoding."""
+
+    model: str
+    device: str
+    prompt_tokens: int
+    new_tokens: int
+    prefill_tok_s: float
+    decode_tok_s: float
+    time_to_first_token_s: float
+    dispatches_per_token: int
+    #: {op kind: (GPU seconds per decoded token, dispatches per token)}, largest first (--profile)
+    profile: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+
+def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: str | None = None, *,
+                 profile: bool = False) -> DecodeResult:
+    """Load a llama model (``smollm2`` or a .gguf), feed a prompt of ``prompt_tokens`` tokens (the
+    sample prompt repeated), then decode ``new_tokens`` greedily; with ``profile`` the GPU time
+    of each decode step per op kind (timestamps after every dispatch) is averaged."""
+    from ..models.llama import LlamaSession
+
+    ref = resolve(model)
+    if ref.kind != "llama":
+        raise ValueError(f"bench decode runs llama models (smollm2 or a .gguf file), not {model!r}")
+    if prompt_tokens < 1 or new_tokens < 1:
+        raise ValueError(f"--prompt-tokens and --new-tokens must be >= 1, got {prompt_tokens} and {new_tokens}")
+    cfg = config_for("staged", config_path, model)
+    with LlamaSession(ref.path, cfg, profile=profile) as s:
+        if prompt_tokens + new_tokens > s.max_context:
+            raise ValueError(f"{prompt_tokens} + {new_tokens} tokens exceed the {s.max_context}-token context")
+        sample = s.tokenizer.encode(SAMPLE_PROMPT)
+        ids = (sample * (prompt_tokens // len(sample) + 1))[:prompt_tokens]
+        t0 = time.perf_counter()
+        for pos, tok in enumerate(ids):
+            logits = s.step(tok, pos)
+        token = int(np.argmax(logits))
+        t_first = time.perf_counter() - t0
+        per_kind: dict[str, list] = {}
+        t1 = time.perf_counter()
+        for i in range(new_tokens):
+            logits = s.step(token, prompt_tokens + i)
+            token = int(np.argmax(logits))
+            if profile:
+                for kind, (sec, n) in s.graph.execute_profile().items():
+                    acc = per_kind.setdefault(kind, [0.0, n])
+                    acc[0] += sec
+        t_decode = time.perf_counter() - t1
+        prof = {k: (v[0] / new_tokens, v[1]) for k, v in sorted(per_kind.items(), key=lambda kv: -kv[1][0])}
+        return DecodeResult(model, s.report.device, prompt_tokens, new_tokens, prompt_tokens / t_first,
+                            new_tokens / t_decode, t_first, len(s.graph.execute_nodes), prof)
