@@ -159,3 +159,18 @@ def test_readme_coverage_table_is_the_op_table():
     section = readme[readme.index("Supported ET-VK ops"):readme.index("Quantized weights stay quantized")]
     listed = {n for n in re.findall(r"`([A-Za-z_]\w*(?:\.\w+)+)`", section) if not n.endswith(".py")}
     assert listed == set(OPS), f"missing {sorted(set(OPS) - listed)}, extra {sorted(listed - set(OPS))}"
+
+
+def test_list_of_value_indices_out_of_range(tmp_path):
+    """A program IntList holds value indices: one past the values is the file's fault, said so."""
+    raw = bytearray((PROGRAMS / "convnet.pte").read_bytes())
+    with PteFile(PROGRAMS / "convnet.pte") as f:
+        plan = f.plan()
+        (i,) = [k for k, v in enumerate(plan.values) if v.kind == "int_list"]
+        items = plan.values[i].value
+    needle = struct.pack("<2q", *items)
+    assert raw.count(needle) == 1
+    at = raw.index(needle)
+    raw[at:at + 8] = struct.pack("<q", 999)
+    with pytest.raises(PteFormatError, match=r"bad.pte: program: value \d+ \(int_list\) refers to value 999"):
+        PteFile(_bad(tmp_path, bytes(raw)))

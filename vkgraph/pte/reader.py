@@ -239,6 +239,11 @@ class PteFile:
     def _read_plan(self, ep: Any, chk: _Checker) -> ExecutionPlan:
         values = [self._read_evalue(ep.Values(i), chk, i) for i in range(chk.count(ep.ValuesLength(), 4, "values"))]
         n = len(values)
+        for i, v in enumerate(values):  # lists of value indices (-1: none, in optional tensor lists)
+            if v.kind in ("int_list", "tensor_list", "optional_tensor_list"):
+                for j in v.value:
+                    if not -1 <= j < n or (j == -1 and v.kind != "optional_tensor_list"):
+                        raise chk.fail(f"value {i} ({v.kind}) refers to value {j}, outside 0..{n - 1}")
         inputs = [chk.index(int(i), n, "plan input") for i in _np(ep.InputsAsNumpy())]
         outputs = [chk.index(int(i), n, "plan output") for i in _np(ep.OutputsAsNumpy())]
         operators = []
