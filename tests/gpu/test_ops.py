@@ -505,3 +505,11 @@ def test_execute_profile_times_every_dispatch(device, compiler):
     np.testing.assert_allclose(out, np.exp(e) / np.exp(e).sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
     assert {k: n for k, (_, n) in prof.items()} == {"unary": 2, "binary": 1, "softmax": 1}
     assert all(sec >= 0 for sec, _ in prof.values()) and sum(sec for sec, _ in prof.values()) > 0
+
+
+def test_affine_by_infinity_divides_by_zero(device, compiler):
+    """div.Scalar by 0 lowers to x * inf (pte/lower.py): inf, -inf and nan, as torch's x / 0."""
+    x = np.array([[1.5, -2.0, 0.0, 3.0]], np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.unary(g, r["x"], "affine", float("inf"), 0.0), {"x": x})
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(out, x * np.float32(np.inf))

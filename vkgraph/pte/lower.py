@@ -174,7 +174,7 @@ class Lowering:
             handler(self, *args)
         except UnsupportedOpError:
             raise
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, ArithmeticError) as exc:
             raise self.error(f"{type(exc).__name__}: {exc}") from None
 
     def _fold(self, node: OperatorCall) -> bool:
@@ -289,7 +289,8 @@ def _binary(op: str, alpha_arg: bool = False) -> Callable:
         if vb.kind != "tensor":  # Scalar overloads
             s = float(vb.value)
             if op in ("add", "sub", "mul", "div"):
-                p0, p1 = {"add": (1.0, alpha * s), "sub": (1.0, -alpha * s), "mul": (s, 0.0), "div": (1.0 / s, 0.0)}[op]
+                inv = 1.0 / s if s else float("inf")  # x / 0: inf, -inf or nan, as torch
+                p0, p1 = {"add": (1.0, alpha * s), "sub": (1.0, -alpha * s), "mul": (s, 0.0), "div": (inv, 0.0)}[op]
                 L.set(out, ops.unary(L.g, L.t(a), "affine", p0, p1))
             elif op == "pow":
                 L.set(out, ops.unary(L.g, L.t(a), "pow", s))
