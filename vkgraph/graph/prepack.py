@@ -348,12 +348,12 @@ class Prepacker:
 
         g = self.graph
         done: set[int] = set()
-        lent: set[tuple[str, int]] = set()  # (file, offset) of the pages already imported
+        imported: set[tuple[str, int]] = set()  # (file, offset) of the pages already lent
         for i, node in enumerate(g.prepack_nodes):
             dst, source = g.values[node.dst], g.values[node.src].source
             origin = getattr(source, "origin", None)
             if node.packer.shader is not None or dst.storage != "buffer" or dst.buffer is not None or \
-                    origin is None or origin in lent:
+                    origin is None or origin in imported:
                 continue
             pages = getattr(source, "pages", lambda: None)()
             if pages is None or not imports_file_pages(g.device, pages[:mmap.PAGESIZE], "weights in file pages"):
@@ -366,7 +366,8 @@ class Prepacker:
                 refused_file_pages(g.device, exc, "weights in file pages")
                 continue
             done.add(i)
-            lent.add(origin)
+            imported.add(origin)
+            source.lent = True
         return done
 
     def _finish(self, run: PrepackRun) -> LoadReport:

@@ -68,7 +68,9 @@ class ArraySource:
         #: the file's pages may become the tensor's device memory (``pages()``): the mapping is
         #: private and stays open while the tensor lives
         self.importable = importable
-        self._lent = False  # pages() was taken: release() must leave the pages alone
+        #: the pages are a tensor's device memory now (set by the prepack that imported them):
+        #: release() leaves them alone
+        self.lent = False
         #: (file, offset) of bytes read through a file mapping: lets the packed-weight cache
         #: remember their fingerprint for as long as the file is unchanged
         self.origin: tuple[str, int] | None = (os.path.abspath(path), offset) if path else None
@@ -95,19 +97,18 @@ class ArraySource:
     def pages(self) -> memoryview | None:
         """The whole pages of the file mapping that hold these bytes, for a device to import as
         the tensor's memory: only for an ``importable`` source that starts on a page, whose last
-        page the mapping holds. Once taken, :meth:`release` leaves the pages mapped."""
+        page the mapping holds. Whoever imports them sets :attr:`lent`."""
         page = mmap.PAGESIZE
         if not self.importable or self._mapping is None or self._offset % page or not self.nbytes:
             return None
         end = self._offset + -(-self.nbytes // page) * page
         if end > len(self._mapping):
             return None
-        self._lent = True
         return memoryview(self._mapping)[self._offset:end]
 
     def release(self) -> None:
         self._array = None
-        if self._mapping is not None and self.nbytes and not self._lent:
+        if self._mapping is not None and self.nbytes and not self.lent:
             # Drop this tensor's pages from the process: they are clean file pages, so the
             # kernel can discard them (a later read would fault them back in from the file).
             page = mmap.PAGESIZE

@@ -101,11 +101,7 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
 def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
     """Element strides of a C-contiguous ``shape`` per dim of ``out`` (4 dims), 0 where broadcast."""
     shape = (1,) * (len(out) - len(shape)) + tuple(shape)
-    strides, acc = [], 1
-    for dim in reversed(shape):
-        strides.append(0 if dim == 1 else acc)
-        acc *= dim
-    strides = strides[::-1]
+    strides = [0 if dim == 1 else s for dim, s in zip(shape, contiguous_strides(shape))]
     return [0] * (4 - len(strides)) + strides
 
 

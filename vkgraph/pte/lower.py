@@ -66,8 +66,8 @@ class Lowering:
     def const(self, i: int) -> np.ndarray | None:
         """The value of tensor ``i`` when it is known on the CPU (a constant or a folded op)."""
         i = self.same.get(i, i)
-        if i in self.qweights:
-            return self.qweights[i].dequantize(self)
+        if i in self.qweights and i not in self.consts:  # read as float32 by something other than a linear
+            self.consts[i] = self.qweights[i].dequantize(self)
         if i in self.consts:
             return self.consts[i]
         t = self.vk(i).value
@@ -85,9 +85,6 @@ class Lowering:
             return self.refs[i]
         t = self.vk(i).value
         arr = self.const(i)
-        if i in self.qweights:  # a dequantized weight read by something other than a linear
-            self.refs[i] = self.g.add_tensorref(arr.astype(np.float32), f"{self.label}.v{i}")
-            return self.refs[i]
         if arr is None:
             raise self.error(f"value {i} is used before any op computed it")
         name = f"{self.label}.c{t.constant_id}" if t.constant_id >= 0 and i not in self.consts else f"{self.label}.v{i}"
@@ -104,6 +101,15 @@ class Lowering:
                 ref = self.g.add_tensorref(np.ascontiguousarray(np.asarray(arr).astype(want)).reshape(t.dims), name)
         self.refs[i] = ref
         return ref
+
+    def operand(self, i: int) -> ValueRef:
+        """A float32 operand of an elementwise op or matmul: a float32 constant as its TensorRef
+        (packed where the op reads it), anything else as a float32 device tensor."""
+        if self.const(i) is not None:
+            ref = self.weight(i)
+            if self.g.values[ref].dtype == np.float32:
+                return ref
+        return self.t(i)
 
     def t(self, i: int) -> ValueRef:
         """Tensor ``i`` on the device as float32."""
@@ -299,10 +305,7 @@ def _binary(op: str, alpha_arg: bool = False) -> Callable:
             return
         if va.kind != "tensor":
             raise L.error(f"a scalar first operand of {op} is not supported")
-        bref = L.weight(b) if L.const(b) is not None else L.t(b)
-        if L.g.values[bref].dtype != np.float32:
-            bref = L.t(b)
-        L.set(out, ops.binary(L.g, L.t(a), bref, op, alpha))
+        L.set(out, ops.binary(L.g, L.t(a), L.operand(b), op, alpha))
     return build
 
 
@@ -339,9 +342,7 @@ def _rsub(L: Lowering, a: int, b: int, alpha: int, out: int) -> None:
 
 
 def _where(L: Lowering, c: int, a: int, b: int, out: int) -> None:
-    refs = [L.weight(i) if L.const(i) is not None else L.t(i) for i in (c, a, b)]
-    refs = [r if L.g.values[r].dtype == np.float32 else L.t(i) for r, i in zip(refs, (c, a, b))]
-    L.set(out, ops.where(L.g, *refs))
+    L.set(out, ops.where(L.g, *(L.operand(i) for i in (c, a, b))))
 
 
 def _last_dim_op(L: Lowering, x: int, dim: int, fn: Callable[[ValueRef], ValueRef]) -> ValueRef:
@@ -415,13 +416,11 @@ def _addmm(L: Lowering, bias: int, a: int, b: int, beta: int, alpha: int, out: i
     y = _matmul_ref(L, a, b)
     if float(L.arg(alpha)) != 1.0:
         y = ops.unary(L.g, y, "affine", float(L.arg(alpha)), 0.0)
-    bref = L.weight(bias) if L.const(bias) is not None else L.t(bias)
-    L.set(out, ops.binary(L.g, y, bref, "add", float(L.arg(beta))))
+    L.set(out, ops.binary(L.g, y, L.operand(bias), "add", float(L.arg(beta))))
 
 
 def _matmul_ref(L: Lowering, a: int, b: int) -> ValueRef:
-    bref = L.weight(b) if L.const(b) is not None else L.t(b)
-    return ops.matmul(L.g, L.t(a), bref)
+    return ops.matmul(L.g, L.t(a), L.operand(b))
 
 
 def _conv(L: Lowering, x: int, w: int, b: int, stride: int, pad: int, dil: int, transposed: int, out_pad: int,
