@@ -2,7 +2,8 @@
 // out = a OP b with numpy broadcasting over up to 4 dims: out has dims d[4] (padded with 1 on
 // the left); sa/sb are a's and b's element strides per output dim (0 where it is broadcast).
 // OP: 0 add, 1 sub, 2 mul, 3 div, 4 pow, 5 max, 6 min, 7 >, 8 <, 9 >=, 10 <=, 11 ==, 12 !=,
-// 13 logical and, 14 logical or (comparisons and logic give 1.0 or 0.0). ALPHA scales b (add, sub).
+// 13 logical and, 14 logical or (comparisons and logic give 1.0 or 0.0), 15 a / b rounded down,
+// 16 a / b rounded toward zero. ALPHA scales b (add, sub).
 
 layout(local_size_x_id = 0) in;
 
@@ -53,8 +54,12 @@ void main() {
         outv[i] = float(av != bv);
 #elif OP == 13
         outv[i] = float(av != 0.0 && bv != 0.0);
-#else
+#elif OP == 14
         outv[i] = float(av != 0.0 || bv != 0.0);
+#elif OP == 15
+        outv[i] = floor(av / bv);
+#else
+        outv[i] = trunc(av / bv);
 #endif
     }
 }

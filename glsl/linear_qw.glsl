@@ -2,7 +2,8 @@
 // y[m][n] = sum_k x[m][k] * w(n, k) (+ bias[n]) with weights quantized in groups along k:
 //   w(n, k) = (q(n, k) - zero(n, g)) * scale(n, g),  g = k / G.
 // BITS 4: row n holds K/2 bytes; byte k/2 has k even in its low nibble, k odd in its high one,
-//         q = nibble - 8 (ET-VK's q4gsw). BITS 8: row n holds K signed bytes.
+//         q = nibble - 8 (ET-VK's q4gsw); HI_FIRST swaps the nibbles (ET-VK's qcs4w).
+//         BITS 8: row n holds K signed bytes.
 // scale(n, g) = s[n * SN + g * SG] (ET-VK's [groups, N] or torchao's [N, groups] by strides);
 // zero points (HAS_ZP) are floats at the same index. One invocation per output element.
 
@@ -36,7 +37,7 @@ uint byte_at(uint i) {
 float q_at(uint n, uint k) {
 #if BITS == 4
     uint b = byte_at(n * row_bytes + (k >> 1));
-    return float(int((k & 1u) == 0u ? (b & 0xFu) : (b >> 4)) - 8);
+    return float(int(((k & 1u) == HI_FIRST) ? (b & 0xFu) : (b >> 4)) - 8);
 #else
     uint b = byte_at(n * row_bytes + k);
     return float(int(b) - (b >= 128u ? 256 : 0));

@@ -1,6 +1,7 @@
 #version 450
 // out[o][i] = reduce over r of in[o][r][i] for `in` seen as [outer, R, inner].
-// OP: 0 sum, 1 mean, 2 max, 3 min, 4 any (1.0 if any element is non-zero).
+// OP: 0 sum, 1 mean, 2 max, 3 min, 4 any (1.0 if any element is non-zero), 5 argmax, 6 argmin
+// (the first index of the extreme, as a float; a NaN counts as the extreme, as torch).
 
 layout(local_size_x_id = 0) in;
 
@@ -19,6 +20,23 @@ void main() {
         uint o = i / inner;
         uint j = i % inner;
         uint base = o * R * inner + j;
+#if OP == 5 || OP == 6
+        float best = inv[base];
+        uint at = 0u;
+        for (uint r = 1u; r < R && !isnan(best); ++r) {
+            float v = inv[base + r * inner];
+#if OP == 5
+            if (v > best || isnan(v)) {
+#else
+            if (v < best || isnan(v)) {
+#endif
+                best = v;
+                at = r;
+            }
+        }
+        outv[i] = float(at);
+        continue;
+#endif
 #if OP == 2
         float acc = -1.0 / 0.0;
 #elif OP == 3

@@ -213,6 +213,94 @@ def _quantize(model, scheme: str):
     return model
 
 
+class Vision(nn.Module):
+    """batch norm (on the input: not fused into a conv), conv + batch norm (fused by ExecuTorch),
+    hardswish, group norm, leaky relu, transposed conv, constant pad, hardsigmoid, nearest
+    upsampling, pixel shuffle, flip, adaptive average pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn0, self.bn = nn.BatchNorm2d(3), nn.BatchNorm2d(8)
+        for bn in (self.bn0, self.bn):  # running statistics that are not the identity
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.gn = nn.GroupNorm(2, 8)
+        self.up = nn.ConvTranspose2d(8, 4, 4, stride=2, padding=1)
+        self.c2 = nn.Conv2d(4, 8, 3, padding=1)
+
+    def forward(self, x):
+        x = F.hardswish(self.bn(self.c1(self.bn0(x))))
+        x = F.leaky_relu(self.gn(x), 0.1)
+        y = F.hardsigmoid(self.c2(F.pad(self.up(x), (1, 1, 2, 0), value=0.5)))
+        z = F.pixel_shuffle(F.interpolate(x, scale_factor=2, mode="nearest"), 2)
+        return y, z.flip(-1), F.adaptive_avg_pool2d(x, 1).flatten(1)
+
+
+class Elementwise2(nn.Module):
+    """sin, cos, round, log10, hardshrink, floor and trunc division, split, t, index_select (by
+    constant and by computed indices), argmax, argmin, reciprocal (a CPU kernel), ones_like."""
+
+    def forward(self, a, b):
+        c = torch.sin(a) * torch.cos(b) + torch.round(a * 3.0) + torch.log10(b.abs() + 1.0)
+        d = F.hardshrink(a, 0.5) + torch.div(a, b.abs() + 0.5, rounding_mode="floor") + \
+            torch.div(a * 4, b.abs() + 0.5, rounding_mode="trunc")
+        p, q = torch.split(c + d, [3, 5], dim=1)
+        e = torch.index_select(p.t(), 0, torch.tensor([2, 0]))
+        f = torch.index_select(c, 1, torch.argmin(a, dim=1))
+        return p * 2, q.t(), e, torch.argmax(c, dim=1), torch.reciprocal(b.abs() + 1) + torch.ones_like(a), f
+
+
+class Rope(nn.Module):
+    """ExecuTorch llama's two rotary embeddings, which ET-VK fuses: apply_rotary_emb (pairs) and
+    hf_apply_rotary_emb (rotate_half), on grouped query and key heads."""
+
+    def __init__(self, d=32, heads=4, kv_heads=2, seq=8):
+        super().__init__()
+        self.h, self.kvh, self.dh = heads, kv_heads, d // heads
+        self.wq, self.wk = nn.Linear(d, d, bias=False), nn.Linear(d, kv_heads * self.dh, bias=False)
+        ang = torch.arange(seq).float()[:, None] * 10000.0 ** (-torch.arange(0, self.dh, 2).float() / self.dh)[None]
+        self.register_buffer("cos", ang.cos())
+        self.register_buffer("sin", ang.sin())
+        self.register_buffer("hf_cos", torch.cat([ang.cos(), ang.cos()], -1))
+        self.register_buffer("hf_sin", torch.cat([ang.sin(), ang.sin()], -1))
+
+    def forward(self, x):
+        from executorch.examples.models.llama.rope import apply_rotary_emb, hf_apply_rotary_emb
+
+        b, t, _ = x.shape
+        q, k = self.wq(x).view(b, t, self.h, self.dh), self.wk(x).view(b, t, self.kvh, self.dh)
+        return (*apply_rotary_emb(q, k, self.cos[:t], self.sin[:t]),
+                *hf_apply_rotary_emb(q, k, self.hf_cos[:t], self.hf_sin[:t]))
+
+
+def _pt2e(model: nn.Module, inputs: tuple, scheme: str) -> nn.Module:
+    """PT2E quantization (prepare, calibrate on ``inputs``, convert) and what VulkanPartitioner
+    lowers each scheme to:
+    vk_w4: VulkanQuantizer, int4 weights per channel -> et_vk.linear_qcs4w
+    vk_w8: VulkanQuantizer, int8 weights per channel -> aten._weight_int8pack_mm
+    vk_dyn8: VulkanQuantizer is_dynamic -> quantized_decomposed.dequantize_per_channel + aten.linear
+    xnn_static: XNNPACKQuantizer, static int8 activations -> quantize_per_tensor, et_vk.q8ta_linear,
+    dequantize_per_tensor"""
+    from torchao.quantization.pt2e import allow_exported_model_train_eval
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    if scheme == "xnn_static":
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
+                                                                            get_symmetric_quantization_config)
+        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    else:
+        from executorch.backends.vulkan.quantizer.vulkan_quantizer import (VulkanQuantizer,
+                                                                          get_symmetric_quantization_config)
+        quantizer = VulkanQuantizer().set_global(get_symmetric_quantization_config(
+            is_dynamic=scheme == "vk_dyn8", weight_bits=4 if scheme == "vk_w4" else 8))
+    m = prepare_pt2e(torch.export.export(model.eval(), inputs, strict=True).module(), quantizer)
+    m(*inputs)
+    m = convert_pt2e(m)
+    allow_exported_model_train_eval(m)
+    return m
+
+
 def programs(gen: torch.Generator):
     def rand(*shape):
         return torch.randn(*shape, generator=gen)
@@ -232,6 +320,12 @@ def programs(gen: torch.Generator):
         "paged_mlp": (MLP(), (rand(4, 32),), (), 4096),
         "paged_kv_decoder": (KVDecoder(), (torch.randint(0, 96, (1, 4), generator=gen), torch.tensor([0])),
                              [(torch.randint(0, 96, (1, 4), generator=gen), torch.tensor([4]))], 4096),
+        "vision": (Vision(), (rand(1, 3, 8, 8),)),
+        "elementwise2": (Elementwise2(), (rand(4, 8), rand(4, 8))),
+        "rope": (Rope(), (rand(1, 8, 32),)),
+        **{name: (_pt2e(QuantMLP(), (x,), scheme), (x,)) for name, scheme, x in (
+            ("qcs4w_mlp", "vk_w4", rand(4, 64)), ("int8pack_mlp", "vk_w8", rand(4, 64)),
+            ("pc8_mlp", "vk_dyn8", rand(4, 64)), ("q8ta_mlp", "xnn_static", rand(4, 64)))},
     }
 
 

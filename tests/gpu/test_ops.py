@@ -348,6 +348,8 @@ UNARY_REF = {
     "sigmoid": lambda a: 1 / (1 + np.exp(-a)), "tanh": np.tanh, "exp": np.exp, "neg": np.negative, "abs": np.abs,
     "sqrt": lambda a: np.sqrt(np.abs(a)), "rsqrt": lambda a: 1 / np.sqrt(np.abs(a) + 0.5),
     "log": lambda a: np.log(np.abs(a) + 0.5), "logical_not": lambda a: (np.round(a) == 0).astype(np.float32),
+    "sin": np.sin, "cos": np.cos, "log10": lambda a: np.log10(np.abs(a) + 0.5), "round": np.round,
+    "hardswish": lambda a: a * np.clip(a + 3, 0, 6) / 6,
 }
 
 
@@ -356,11 +358,13 @@ def test_unary_ops(device, compiler, op):
     a = rng_for(len(op), 3).standard_normal((3, 67)).astype(np.float32) * 2
     if op == "sqrt":
         a = np.abs(a)
-    elif op in ("rsqrt", "log"):
+    elif op in ("rsqrt", "log", "log10"):
         a = np.abs(a) + 0.5
+    elif op == "round":
+        a = np.concatenate([a, np.array([[0.5, 1.5, -2.5] * 22 + [3.5]], np.float32)])  # halves round to even
     elif op == "logical_not":
         a = np.round(a)
-    ref = {"sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "log": np.log}.get(op, UNARY_REF[op])
+    ref = {"sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "log": np.log, "log10": np.log10}.get(op, UNARY_REF[op])
     out, _ = run(device, compiler, lambda g, r: ops.unary(g, r["a"], op), {"a": a})
     np.testing.assert_allclose(out, ref(a), rtol=2e-5, atol=2e-6)
 
@@ -369,6 +373,7 @@ def test_unary_ops(device, compiler, op):
     ("clamp", -0.5, 0.7, lambda a: np.clip(a, -0.5, 0.7)), ("affine", 3.0, -1.5, lambda a: a * 3 - 1.5),
     ("pow", 2.0, 0, lambda a: a ** 2), ("pow", 3.0, 0, lambda a: a ** 3), ("gt", 0.25, 0, lambda a: a > 0.25),
     ("le", -0.1, 0, lambda a: a <= -0.1), ("rsub", 2.0, 0, lambda a: 2 - a),
+    ("leaky_relu", 0.1, 0, lambda a: np.where(a >= 0, a, a * 0.1)), ("hardshrink", 0.5, 0, lambda a: a * (np.abs(a) > 0.5)),
 ])
 def test_unary_ops_with_scalars(device, compiler, op, p0, p1, ref):
     a = rng_for(7, int(p0 * 10)).standard_normal((5, 33)).astype(np.float32)
@@ -379,11 +384,12 @@ def test_unary_ops_with_scalars(device, compiler, op, p0, p1, ref):
 @pytest.mark.parametrize("op,ref", [
     ("div", np.divide), ("maximum", np.maximum), ("minimum", np.minimum), ("lt", np.less), ("eq", np.equal),
     ("logical_and", np.logical_and), ("pow", lambda a, b: np.abs(a) ** b),
+    ("div_floor", lambda a, b: np.floor(a / b)), ("div_trunc", lambda a, b: np.trunc(a / b)),
 ])
 def test_more_binary_ops(device, compiler, op, ref):
     rng = rng_for(4, len(op))
     a = np.round(rng.standard_normal((2, 3, 9)).astype(np.float32) * 2)
-    b = np.round(rng.standard_normal((3, 1)).astype(np.float32) * 2) + (0.5 if op == "div" else 0)
+    b = np.round(rng.standard_normal((3, 1)).astype(np.float32) * 2) + (0.5 if op.startswith("div") else 0)
     if op == "pow":
         a = np.abs(a) + 0.5
     out, _ = run(device, compiler, lambda g, r: ops.binary(g, r["a"], r["b"], op), {"a": a, "b": b})
@@ -406,6 +412,90 @@ def test_reduce(device, compiler, op, ref, dim, count):
     x = rng_for(3, 5, 7, dim).standard_normal((3, 5, 7)).astype(np.float32)
     out, _ = run(device, compiler, lambda g, r: ops.reduce(g, r["x"], dim, op, count), {"x": x})
     np.testing.assert_allclose(out, ref(x, axis=tuple(range(dim, dim + count))), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_arg_reduce_takes_the_first_extreme(device, compiler, op):
+    x = np.round(rng_for(4, 6, 5, len(op)).standard_normal((4, 6, 5)).astype(np.float32))  # ties
+    for dim in range(3):
+        out, _ = run(device, compiler, lambda g, r: ops.reduce(g, r["x"], dim, op), {"x": x})
+        np.testing.assert_array_equal(out, getattr(np, op)(x, axis=dim))
+
+
+def test_quantize_rounds_half_to_even_and_clamps(device, compiler):
+    x = np.concatenate([rng_for(8, 40).standard_normal(40).astype(np.float32) * 3,
+                        np.array([0.25, 0.75, -0.25, 100.0, -100.0], np.float32)])
+    out, _ = run(device, compiler, lambda g, r: ops.unary(g, r["x"], "quantize", 2.0, 3.0, -128, 127), {"x": x})
+    np.testing.assert_array_equal(out, np.clip(np.round(x * 2.0) + 3.0, -128, 127))
+
+
+@pytest.mark.parametrize("interleaved,per_head,f", [(True, False, 4), (True, True, 4), (False, False, 8),
+                                                    (False, False, 4)])
+def test_rotary_with_angle_tensors(device, compiler, interleaved, per_head, f):
+    rng = rng_for(int(interleaved), int(per_head), f)
+    b, t, h, d, start = 2, 3, 2, 8, 1
+    x = rng.standard_normal((b, t, h, d)).astype(np.float32)
+    rows = (start + t) * (h if per_head else 1) + 1
+    cos, sin = (rng.standard_normal((rows, f)).astype(np.float32) for _ in range(2))
+
+    def build(g, r):
+        step = g.prepack_tensor(g.add_tensorref(np.array([start], np.int32), "start"))
+        return ops.rotary(g, r["x"], g.add_tensorref(cos, "cos"), g.add_tensorref(sin, "sin"), step, heads=h, seq=t,
+                          interleaved=interleaved, per_head=per_head)
+
+    out, _ = run(device, compiler, build, {"x": x})
+    pos = start + np.arange(t)[:, None]
+    row = pos * h + np.arange(h)[None] if per_head else np.broadcast_to(pos, (t, h))
+    c, s_ = cos[row][None], sin[row][None]  # [1, t, h, f]
+    ref = x.copy()
+    if interleaved:
+        xr, xi = x[..., ::2], x[..., 1::2]
+        ref[..., ::2], ref[..., 1::2] = xr * c - xi * s_, xr * s_ + xi * c
+    else:
+        rot = np.concatenate([-x[..., f // 2:f], x[..., :f // 2]], -1)
+        ref[..., :f] = x[..., :f] * c + rot * s_
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cin,cout,k,stride,pad,dil,groups,out_pad", [(3, 4, 3, 2, 1, 1, 1, 1), (4, 6, 4, 2, 1, 1, 2, 0),
+                                                                      (2, 3, 3, 1, 0, 2, 1, 0)])
+def test_conv_transpose2d(device, compiler, cin, cout, k, stride, pad, dil, groups, out_pad):
+    rng = rng_for(cin, cout, k, stride, groups)
+    n, h, w = 2, 5, 4
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+    wt = rng.standard_normal((cin, cout // groups, k, k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    ho, wo = ((s - 1) * stride - 2 * pad + dil * (k - 1) + out_pad + 1 for s in (h, w))
+    out, _ = run(device, compiler, lambda g, r: ops.conv_transpose2d(
+        g, r["x"], g.add_tensorref(wt, "w"), g.add_tensorref(b, "b"), (ho, wo), stride=(stride, stride),
+        padding=(pad, pad), dilation=(dil, dil), groups=groups), {"x": x})
+    # scatter form: every input pixel adds its kernel window into the (padded) output
+    full = np.zeros((n, cout, ho + 2 * pad + stride + dil * k, wo + 2 * pad + stride + dil * k))
+    cin_g, cout_g = cin // groups, cout // groups
+    for iy in range(h):
+        for ix in range(w):
+            for ky in range(k):
+                for kx in range(k):
+                    oy, ox = iy * stride + ky * dil, ix * stride + kx * dil
+                    for gi in range(groups):
+                        xs = x[:, gi * cin_g:(gi + 1) * cin_g, iy, ix]
+                        full[:, gi * cout_g:(gi + 1) * cout_g, oy, ox] += xs @ wt[gi * cin_g:(gi + 1) * cin_g, :, ky, kx]
+    ref = full[:, :, pad:pad + ho, pad:pad + wo] + b[None, :, None, None]
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_fill_and_negative_strides(device, compiler):
+    x = rng_for(3, 7).standard_normal((3, 7)).astype(np.float32)
+
+    def build(g, r):
+        out = ops.fill(g, (5, 9), 0.5)
+        ops.strided_copy(g, out, r["x"], (3, 7), (7, -1 & 0xFFFFFFFF), (9, 1), 6, 10)  # rows mirrored, inside
+        return out
+
+    out, _ = run(device, compiler, build, {"x": x})
+    ref = np.full((5, 9), 0.5, np.float32)
+    ref[1:4, 1:8] = x[:, ::-1]
+    np.testing.assert_array_equal(out, ref)
 
 
 def test_log_softmax(device, compiler):
@@ -461,9 +551,10 @@ def test_cast(device, compiler):
     np.testing.assert_array_equal(out, ids + (ids < 0))  # toward zero
 
 
-@pytest.mark.parametrize("bits,group,gn,zp,bias", [(4, 32, True, False, True), (4, 16, True, False, False),
-                                                  (8, 64, False, False, True), (8, 16, False, True, False)])
-def test_linear_qw(device, compiler, bits, group, gn, zp, bias):
+@pytest.mark.parametrize("bits,group,gn,zp,bias,high", [(4, 32, True, False, True, False), (4, 16, True, False, False, False),
+                                                       (8, 64, False, False, True, False), (8, 16, False, True, False, False),
+                                                       (4, 64, False, False, False, True)])
+def test_linear_qw(device, compiler, bits, group, gn, zp, bias, high):
     rng = rng_for(bits, group, int(zp))
     m, n, k = 3, 12, 64
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -471,9 +562,10 @@ def test_linear_qw(device, compiler, bits, group, gn, zp, bias):
     scales = rng.random((n, k // group)).astype(np.float32) + 0.1
     zeros = rng.integers(-3, 4, scales.shape).astype(np.float32) if zp else np.zeros_like(scales)
     b = rng.standard_normal(n).astype(np.float32)
-    if bits == 4:  # ET-VK's q4gsw bytes: k even in the low nibble, offset 8
+    if bits == 4:  # ET-VK's q4gsw bytes: k even in the low nibble (qcs4w: in the high one), offset 8
         u = (q + 8).astype(np.uint8)
-        packed = (u[:, ::2] | (u[:, 1::2] << 4)).astype(np.uint8)
+        even, odd = (u[:, 1::2], u[:, ::2]) if high else (u[:, ::2], u[:, 1::2])
+        packed = (even | (odd << 4)).astype(np.uint8)
     else:
         packed = q.astype(np.int8)
     s_dev = scales.T.copy() if gn else scales
@@ -481,7 +573,7 @@ def test_linear_qw(device, compiler, bits, group, gn, zp, bias):
     def build(g, r):
         return ops.linear_qw(g, r["x"], g.add_tensorref(packed, "w"), g.add_tensorref(s_dev, "s"), bits=bits,
                              group_size=group, scales_gn=gn, zero_points=g.add_tensorref(zeros, "z") if zp else None,
-                             bias=g.add_tensorref(b, "b") if bias else None)
+                             bias=g.add_tensorref(b, "b") if bias else None, high_first=high)
 
     out, _ = run(device, compiler, build, {"x": x})
     gidx = np.arange(k) // group

@@ -18,10 +18,11 @@ from vkgraph.pte import load_program
 from .conftest import assert_no_vulkan_messages, child_env
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "data" / "programs"
-FP32 = ["mlp", "encoder", "convnet", "elementwise", "tiny_llama"]
-#: torchao-quantized linears; quant_mlp's eager outputs quantize activations to int8 (vkgraph runs
-#: them in float32, as ET-VK's reference does), hence the looser tolerance
-QUANT = ["quant_mlp", "q4w_mlp", "q8w_mlp", "int8wo_mlp"]
+FP32 = ["mlp", "encoder", "convnet", "elementwise", "tiny_llama", "vision", "elementwise2", "rope"]
+#: linears quantized by torchao and by PT2E quantizers; quant_mlp's and pc8_mlp's eager outputs
+#: quantize activations to int8 dynamically (vkgraph runs them in float32, as ET-VK's reference
+#: does), hence the looser tolerance
+QUANT = ["quant_mlp", "q4w_mlp", "q8w_mlp", "int8wo_mlp", "qcs4w_mlp", "int8pack_mlp", "pc8_mlp", "q8ta_mlp"]
 
 
 def fixture(name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -106,7 +106,8 @@ def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int
 
 
 BINARY_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "pow": 4, "maximum": 5, "minimum": 6, "gt": 7, "lt": 8,
-              "ge": 9, "le": 10, "eq": 11, "ne": 12, "logical_and": 13, "logical_or": 14}
+              "ge": 9, "le": 10, "eq": 11, "ne": 12, "logical_and": 13, "logical_or": 14, "div_floor": 15,
+              "div_trunc": 16}
 
 
 def _dims4(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -164,21 +165,24 @@ def where(g: ComputeGraph, cond: ValueRef, a: ValueRef, b: ValueRef) -> ValueRef
 
 UNARY_OPS = {"silu": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "sigmoid": 4, "tanh": 5, "exp": 6, "sqrt": 7,
              "rsqrt": 8, "neg": 9, "abs": 10, "clamp": 11, "affine": 12, "pow": 13, "logical_not": 14, "log": 15,
-             "gt": 16, "lt": 16, "ge": 16, "le": 16, "eq": 16, "ne": 16, "rdiv": 17, "rsub": 18}
+             "gt": 16, "lt": 16, "ge": 16, "le": 16, "eq": 16, "ne": 16, "rdiv": 17, "rsub": 18, "sin": 19,
+             "cos": 20, "log10": 21, "round": 22, "hardswish": 23, "leaky_relu": 24, "hardshrink": 25, "quantize": 26}
 _COMPARE = ("gt", "lt", "ge", "le", "eq", "ne")
 
 
-def unary(g: ComputeGraph, a: ValueRef, op: str, p0: float = 0.0, p1: float = 0.0) -> ValueRef:
+def unary(g: ComputeGraph, a: ValueRef, op: str, p0: float = 0.0, p1: float = 0.0, p2: float = 0.0,
+          p3: float = 0.0) -> ValueRef:
     """Elementwise ``f(a)`` for ``op`` in :data:`UNARY_OPS`: clamp to ``[p0, p1]``, affine
     ``a * p0 + p1``, ``pow(a, p0)``, comparisons with the scalar ``p0`` (1.0 or 0.0), ``rdiv``
-    ``p0 / a``, ``rsub`` ``p0 - a``."""
+    ``p0 / a``, ``rsub`` ``p0 - a``, ``leaky_relu`` slope ``p0``, ``hardshrink`` lambda ``p0``,
+    ``quantize`` ``clamp(round(a * p0) + p1, p2, p3)`` (inverse scale, zero point, range)."""
     a, at = _buffer(g, a, f"{op} input")
     out = g.add_tensor(at.shape, np.float32)
     n = at.nbytes // 4
     defines = {"OP": UNARY_OPS[op]}
     if op in _COMPARE:
         defines["OP2"] = _COMPARE.index(op)
-    g.add_dispatch(DispatchNode("unary", [out, a], struct.pack("<Iff", n, p0, p1), {0: LOCAL_SIZE}, _groups(g, n),
+    g.add_dispatch(DispatchNode("unary", [out, a], struct.pack("<Iffff", n, p0, p1, p2, p3), {0: LOCAL_SIZE}, _groups(g, n),
                                 defines))
     return out
 
@@ -250,6 +254,31 @@ def rope(g: ComputeGraph, x: ValueRef, step: ValueRef, table: ValueRef, *, heads
     out = g.add_tensor(xt.shape, np.float32)
     g.add_dispatch(DispatchNode("rope", [out, x, step, table], struct.pack("<IIII", t, heads, dh, tt.shape[0]),
                                 {0: LOCAL_SIZE}, _groups(g, t * width // 2), {"NEOX": int(neox)}))
+    return out
+
+
+def rotary(g: ComputeGraph, x: ValueRef, cos: ValueRef, sin: ValueRef, step: ValueRef, *, heads: int, seq: int,
+           interleaved: bool, per_head: bool = False) -> ValueRef:
+    """Rotary embedding of ``x`` ``[B, seq, heads, D]`` with the angles as tensors: ``cos`` and
+    ``sin`` ``[rows, F]``, row ``step[0] + t`` (``per_head``: row ``(step[0] + t) * heads + h``).
+    ``interleaved``: pairs (2i, 2i+1) by column i, F = D/2 (ExecuTorch llama); else the first F
+    values turn in halves (rotate_half, Hugging Face) and the rest pass."""
+    x, xt = _buffer(g, x, "rotary input")
+    cos, ct = _buffer(g, _weight(g, cos, "identity"), "rotary cos")
+    sin, st = _buffer(g, _weight(g, sin, "identity"), "rotary sin")
+    _step(g, step, "rotary")
+    n = int(np.prod(xt.shape))
+    d = xt.shape[-1] if xt.shape else 0
+    if not d or n % (seq * heads * d) or len(ct.shape) != 2 or ct.shape != st.shape:
+        raise ValueError(f"rotary: input {xt.shape} is not [B, {seq}, {heads}, D] or cos {ct.shape} / sin {st.shape} "
+                         "are not the same [rows, F]")
+    f = ct.shape[1]
+    if (f != d // 2 or d % 2) if interleaved else (f > d or f % 2):
+        raise ValueError(f"rotary: {f} angle columns do not fit head size {d}")
+    out = g.add_tensor(xt.shape, np.float32)
+    g.add_dispatch(DispatchNode("rotary", [out, x, cos, sin, step], struct.pack("<6I", n, seq, heads, d, f, ct.shape[0]),
+                                {0: LOCAL_SIZE}, _groups(g, n), {"INTERLEAVED": int(interleaved),
+                                                                 "PER_HEAD": int(per_head)}))
     return out
 
 
@@ -384,6 +413,33 @@ def conv2d(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     return out
 
 
+def conv_transpose2d(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None, out_hw: tuple[int, int], *,
+                     stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int],
+                     groups: int = 1) -> ValueRef:
+    """Transposed 2-D convolution of NCHW ``x`` with ``weight[Cin, Cout/groups, KH, KW]`` into
+    ``out_hw`` (the caller's output size: output padding is in it), as
+    torch.nn.functional.conv_transpose2d."""
+    x, xt = _buffer(g, x, "conv_transpose2d input")
+    w_ref, wt = _buffer(g, _weight(g, weight, "identity"), "conv_transpose2d weight")
+    if len(xt.shape) != 4 or len(wt.shape) != 4:
+        raise ValueError(f"conv_transpose2d: input {xt.shape} and weight {wt.shape} must be 4-D")
+    n, cin, h, w = xt.shape
+    wcin, cout_g, kh, kw = wt.shape
+    if groups < 1 or wcin != cin or cin % groups:
+        raise ValueError(f"conv_transpose2d: weight {wt.shape} does not fit {cin} input channels in {groups} groups")
+    if min(*stride, *dilation) < 1 or min(padding) < 0:
+        raise ValueError("conv_transpose2d: stride and dilation must be >= 1 and padding >= 0")
+    cout = cout_g * groups
+    out = g.add_tensor((n, cout, *out_hw), np.float32)
+    args = [out, x, w_ref]
+    if bias is not None:
+        args.append(_weight(g, bias, "identity"))
+    push = struct.pack("<16I", n, cin, h, w, cout, *out_hw, groups, kh, kw, *stride, *padding, *dilation)
+    g.add_dispatch(DispatchNode("conv_transpose2d", args, push, {0: LOCAL_SIZE}, _groups(g, n * cout * out_hw[0] * out_hw[1]),
+                                {"HAS_BIAS": int(bias is not None)}))
+    return out
+
+
 def to_texture(g: ComputeGraph, x: ValueRef, layout: str = "") -> ValueRef:
     """``x`` in texture storage (channels- or width-packed; default: the config's
     ``graph.memory_layout``, else channels-packed)."""
@@ -489,6 +545,19 @@ def strided_copy(g: ComputeGraph, out: ValueRef, src: ValueRef, size: Sequence[i
     g.add_dispatch(DispatchNode("copy_nd", [out, src], push, {0: LOCAL_SIZE}, _groups(g, n)))
 
 
+def fill(g: ComputeGraph, shape: Sequence[int], value: float) -> ValueRef:
+    """A new float32 tensor of ``shape`` holding ``value`` everywhere (a strided copy with stride
+    0 from a one-element constant)."""
+    out = g.add_tensor(shape, np.float32)
+    name = f"fill.{float(value)!r}"
+    one = g.names.get(name)
+    if one is None:
+        one = g.add_tensorref(np.full(1, value, np.float32), name)
+    one = g.prepack_tensor(one)
+    strided_copy(g, out, one, shape, [0] * len(shape), contiguous_strides(shape))
+    return out
+
+
 def permute(g: ComputeGraph, x: ValueRef, dims: Sequence[int]) -> ValueRef:
     """``x`` with its dimensions reordered (as torch.permute)."""
     x, xt = _buffer_any(g, x, "permute input")
@@ -511,12 +580,12 @@ def _buffer_any(g: ComputeGraph, ref: ValueRef, what: str) -> tuple[ValueRef, Te
     return ref, t
 
 
-REDUCE_OPS = {"sum": 0, "mean": 1, "max": 2, "min": 3, "any": 4}
+REDUCE_OPS = {"sum": 0, "mean": 1, "max": 2, "min": 3, "any": 4, "argmax": 5, "argmin": 6}
 
 
 def reduce(g: ComputeGraph, x: ValueRef, dim: int, op: str, count: int = 1) -> ValueRef:
     """Reduce ``count`` adjacent dims of ``x`` starting at ``dim`` with ``op`` (sum, mean, max,
-    min, any); the reduced dims are dropped from the shape."""
+    min, any; argmax and argmin give the index as a float); the reduced dims are dropped."""
     x, xt = _buffer(g, x, f"{op} input")
     shape = list(xt.shape)
     if not 0 <= dim or dim + count > len(shape):
@@ -563,9 +632,11 @@ def cast(g: ComputeGraph, x: ValueRef, dtype: Any) -> ValueRef:
 
 
 def linear_qw(g: ComputeGraph, x: ValueRef, weight: ValueRef, scales: ValueRef, *, bits: int, group_size: int,
-              scales_gn: bool, zero_points: ValueRef | None = None, bias: ValueRef | None = None) -> ValueRef:
+              scales_gn: bool, zero_points: ValueRef | None = None, bias: ValueRef | None = None,
+              high_first: bool = False) -> ValueRef:
     """``y = x @ w.T (+ bias)`` with ``w`` ``[N, K]`` quantized in groups of ``group_size`` along K:
-    4-bit (``weight`` uint8 ``[N, K/2]``, low nibble first, offset 8: ET-VK's q4gsw) or 8-bit
+    4-bit (``weight`` uint8 ``[N, K/2]``, offset 8, even k in the low nibble: ET-VK's q4gsw, or
+    with ``high_first`` in the high one: ET-VK's qcs4w) or 8-bit
     (``weight`` int8 ``[N, K]``); ``scales`` (and float ``zero_points``) ``[groups, N]`` when
     ``scales_gn`` (ET-VK), else ``[N, groups]`` (torchao)."""
     x, xt = _buffer(g, x, "quantized linear input")
@@ -591,11 +662,12 @@ def linear_qw(g: ComputeGraph, x: ValueRef, weight: ValueRef, scales: ValueRef, 
     sn, sg = (1, n) if scales_gn else (groups, 1)
     g.add_dispatch(DispatchNode("linear_qw", args, struct.pack("<7I", m, n, k, group_size, row_bytes, sn, sg),
                                 {0: LOCAL_SIZE}, _groups(g, m * n),
-                                {"BITS": bits, "HAS_ZP": int(zero_points is not None), "HAS_BIAS": int(bias is not None)}))
+                                {"BITS": bits, "HAS_ZP": int(zero_points is not None), "HAS_BIAS": int(bias is not None),
+                                 "HI_FIRST": int(high_first)}))
     return y
 
 __all__ = [
-    "add", "binary", "cast", "contiguous_strides", "conv2d", "embedding", "gelu", "kv_write", "l2_normalize",
+    "add", "binary", "cast", "contiguous_strides", "conv2d", "conv_transpose2d", "embedding", "fill", "gelu", "kv_write", "l2_normalize",
     "layer_norm", "linear", "linear_qw", "matmul", "mean_pool", "mul", "permute", "pool2d", "reduce", "relu", "rms_norm",
-    "rope", "sdpa", "silu", "softmax", "strided_copy", "sub", "to_buffer", "to_texture", "unary", "where",
+    "rope", "rotary", "sdpa", "silu", "softmax", "strided_copy", "sub", "to_buffer", "to_texture", "unary", "where",
 ]

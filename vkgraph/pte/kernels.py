@@ -145,6 +145,10 @@ KERNELS: dict[str, Callable[..., Any]] = {
     "addmm": lambda b, x, w, beta=1, alpha=1: beta * b + alpha * (x @ w),
     "_softmax": _softmax, "softmax": _softmax, "_log_softmax": _log_softmax, "log_softmax": _log_softmax,
     "native_layer_norm": _layer_norm, "embedding": lambda w, ids, *_: w[np.asarray(ids)],
+    # quantization (scale and zero point: scalars, or one-element tensors for the .tensor overloads)
+    "quantize_per_tensor": lambda x, s, z, lo, hi, *_: np.clip(np.round(np.float32(x) * np.float32(1.0 / float(s)))
+                                                               + float(z), lo, hi),
+    "dequantize_per_tensor": lambda x, s, z, *_: ((np.asarray(x, np.float32) - float(z)) * np.float32(s)),
 }
 
 

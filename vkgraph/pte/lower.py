@@ -2,8 +2,9 @@
 mapped file (packed by prepack nodes), and each OperatorCall goes through :data:`OPS`, the one
 table from ET-VK op names to vkgraph op builders.
 
-Conventions (ARCHITECTURE.md §7): every device tensor is a float32 buffer (bool as 0.0/1.0)
-except int32 ids that a graph receives or an embedding reads; a reshape is a view (no copy).
+Conventions (ARCHITECTURE.md §7): every device tensor is a float32 buffer (bool as 0.0/1.0, an
+int8 activation as its integer value) except int32 ids that a graph receives or an embedding
+reads; a reshape is a view (no copy).
 Ops whose inputs are all constants are folded on the CPU by the numpy kernels
 (:mod:`.kernels`). The last argument of an OperatorCall is its output (a value list for
 several)."""
@@ -110,6 +111,24 @@ class Lowering:
             if self.g.values[ref].dtype == np.float32:
                 return ref
         return self.t(i)
+
+    def vector(self, i: int, n: int, name: str) -> ValueRef:
+        """Constant ``i`` as ``n`` float32 values: ET-VK pads per-channel scales and biases to a
+        multiple of 4; the padding is cut off here."""
+        arr = self.const(i)
+        if arr is None or arr.size < n:
+            raise self.error(f"{name} (value {i}) must be a constant of at least {n} values")
+        if arr.size == n and arr.dtype == np.float32:
+            return self.weight(i)
+        return self.derived(f"{name}{i}", lambda: arr.reshape(-1)[:n])
+
+    def derived(self, name: str, make: Callable[[], np.ndarray]) -> ValueRef:
+        """A float32 constant computed from constants on the CPU, made once per delegate and name."""
+        key = f"{self.label}.{name}"
+        ref = self.g.names.get(key)
+        if ref is None:
+            ref = self.g.add_tensorref(np.ascontiguousarray(make(), np.float32), key)
+        return ref
 
     def t(self, i: int) -> ValueRef:
         """Tensor ``i`` on the device as float32."""
@@ -221,7 +240,8 @@ class Lowering:
 class QuantWeight:
     """A weight ``[N, K]`` quantized in groups along K, kept quantized for ``ops.linear_qw``:
     ``bits`` 4 (uint8 ``[N, K/2]``, ET-VK's q4gsw) or 8 (int8 ``[N, K]``); scales ``[groups, N]``
-    when ``scales_gn`` (ET-VK) else ``[N, groups]`` (torchao); optional zero points."""
+    when ``scales_gn`` (ET-VK) else ``[N, groups]`` (torchao); optional zero points; 4-bit pairs
+    with even k in the high nibble when ``high_first`` (ET-VK's qcs4w)."""
 
     q: int
     scales: int
@@ -229,30 +249,45 @@ class QuantWeight:
     group: int
     bits: int
     scales_gn: bool
+    high_first: bool = False
 
     def dequantize(self, L: Lowering) -> np.ndarray:
         q = np.asarray(L.const(self.q))
         if self.bits == 4:
             q8 = np.empty((q.shape[0], q.shape[1] * 2), np.int8)
-            q8[:, ::2], q8[:, 1::2] = (q & 0xF).astype(np.int8) - 8, (q >> 4).astype(np.int8) - 8
+            lo, hi = (q & 0xF).astype(np.int8) - 8, (q >> 4).astype(np.int8) - 8
+            q8[:, ::2], q8[:, 1::2] = (hi, lo) if self.high_first else (lo, hi)
             q = q8
         n, k = q.shape
-        s = np.asarray(L.const(self.scales), np.float32).reshape(-1, n).T if self.scales_gn else \
-            np.asarray(L.const(self.scales), np.float32).reshape(n, -1)
-        z = 0.0 if self.zeros is None else np.asarray(L.const(self.zeros), np.float32).reshape(s.shape)
+        groups = -(-k // self.group)
+        sc = np.asarray(L.const(self.scales), np.float32)
+        # ET-VK pads N (of [groups, N], or of per-channel [N]) to a multiple of 4
+        s = sc.reshape(groups, -1)[:, :n].T if self.scales_gn else sc.reshape(-1)[:n * groups].reshape(n, groups)
+        z = 0.0 if self.zeros is None else np.asarray(L.const(self.zeros), np.float32).reshape(-1)[:n * groups].reshape(s.shape)
         g = np.arange(k) // self.group
         return ((q.astype(np.float32) - (z[:, g] if self.zeros is not None else 0.0)) * s[:, g]).astype(np.float32)
 
 
-def _linear_quant(L: Lowering, x: int, qw: QuantWeight, b: int | None, out: int) -> None:
-    dims = L.dims(x)
-    flat = L.g.add_view(L.t(x), (int(np.prod(dims[:-1])), dims[-1]))
-    zeros = None
-    if qw.zeros is not None:
-        zeros = L.g.add_tensorref(np.asarray(L.const(qw.zeros), np.float32), f"{L.label}.zp{qw.zeros}")
-    bias = None if b is None or L.vk(b).kind == "null" else L.weight(b)
-    L.set(out, ops.linear_qw(L.g, flat, L.weight(qw.q), L.weight(qw.scales), bits=qw.bits, group_size=qw.group,
-                             scales_gn=qw.scales_gn, zero_points=zeros, bias=bias))
+def _linear_quant(L: Lowering, x: int | ValueRef, qw: QuantWeight, b: int | None, out: int | None) -> ValueRef:
+    """``x @ dequantized(qw).T (+ b)`` with the weight kept quantized on the device; ``x`` a value
+    index, or (with ``out`` None) a device tensor whose last dim is K, returned not set."""
+    xr = L.t(x) if out is not None else x
+    dims = L.dims(x) if out is not None else L.g.values[x].shape
+    flat = L.g.add_view(xr, (int(np.prod(dims[:-1])), dims[-1]))
+    n = L.dims(qw.q)[0]
+    scales = L.const(qw.scales)
+    if qw.scales_gn and scales.ndim == 2 and scales.shape[1] != n:  # ET-VK pads the N of [groups, N] to 4
+        scales = L.derived(f"scales{qw.scales}", lambda: scales[:, :n])
+    else:
+        scales = L.vector(qw.scales, n if not qw.scales_gn and scales.ndim == 1 else scales.size, "scales")
+    zeros = None if qw.zeros is None else L.derived(f"zp{qw.zeros}", lambda: L.const(qw.zeros))
+    bias = None if b is None or L.vk(b).kind == "null" else L.vector(b, n, "bias")
+    y = ops.linear_qw(L.g, flat, L.weight(qw.q), scales, bits=qw.bits, group_size=qw.group,
+                      scales_gn=qw.scales_gn, zero_points=zeros, bias=bias, high_first=qw.high_first)
+    if out is not None:
+        L.set(out, y)
+        return y
+    return L.g.add_view(y, (*dims[:-1], n))
 
 
 def _linear_q4gsw(L: Lowering, x: int, w: int, scales: int, group: int, bias: int, out: int) -> None:
@@ -264,6 +299,105 @@ def _linear_dq8ca_q4gsw(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, 
     # ET-VK's reference (custom_ops_lib.py) is the weight-only linear: the int8 activation
     # quantization only approximates it, so vkgraph runs x in float32 against the int4 weights.
     _linear_q4gsw(L, x, w, scales, group, bias, out)
+
+
+def _per_channel(L: Lowering, x: int, w: int, scales: int, bias: int | None, out: int, bits: int) -> None:
+    """x @ w.T with w quantized per output channel (one group of all K): int8 ``[N, K]`` or
+    4-bit pairs ``[N, K/2]`` (ET-VK's qcs4w: even k in the high nibble)."""
+    k = L.dims(x)[-1]
+    _linear_quant(L, x, QuantWeight(L.same.get(w, w), L.same.get(scales, scales), None, k, bits, False, bits == 4),
+                  bias, out)
+
+
+def _weight_int8pack_mm(L: Lowering, x: int, w: int, scales: int, out: int) -> None:
+    _per_channel(L, x, w, scales, None, out, 8)
+
+
+def _linear_qcs4w(L: Lowering, x: int, w: int, scales: int, out: int) -> None:
+    _per_channel(L, x, w, scales, None, out, 4)
+
+
+def _dequantize_per_channel(L: Lowering, x: int, scale: int, zero: int, axis: int, qmin: int, qmax: int,
+                            *rest: int) -> None:
+    """quantized_decomposed.dequantize_per_channel of a constant int8 weight along axis 0: kept
+    quantized for the linear that reads it (any other reader gets it dequantized)."""
+    xi = L.same.get(x, x)
+    if L.const(xi) is None or len(L.dims(x)) != 2 or int(L.arg(axis)) % 2 != 0 or L.vk(xi).value.dtype != np.int8:
+        raise L.error("dequantize_per_channel is supported for constant int8 [N, K] weights along axis 0, not "
+                      f"{L.dims(x)} {L.vk(xi).value.dtype} along axis {L.arg(axis)}")
+    zeros = None if L.vk(zero).kind == "null" or not np.any(L.const(zero)) else L.same.get(zero, zero)
+    L.qweights[rest[-1]] = QuantWeight(xi, L.same.get(scale, scale), zeros, L.dims(x)[1], 8, False)
+
+
+def _qparam(L: Lowering, i: int, what: str) -> float:
+    """A quantization scale or zero point: a scalar argument, or a one-element constant tensor."""
+    v = L.vk(i)
+    if v.kind != "tensor":
+        return float(v.value)
+    c = L.const(i)
+    if c is None or c.size != 1:
+        raise L.error(f"the {what} (value {i}) must be a constant scalar; a scale computed at run time "
+                      "(dynamic quantization) is not supported here")
+    return float(c.reshape(-1)[0])
+
+
+def _quantize(L: Lowering, ref: ValueRef, scale: float, zero: float, qmin: float = -128, qmax: float = 127) -> ValueRef:
+    """The int8 value of float ``ref`` (a float32 tensor holding integers: vkgraph keeps quantized
+    activations as floats, exact for 8-bit values)."""
+    return ops.unary(L.g, ref, "quantize", 1.0 / scale, zero, qmin, qmax)
+
+
+def _dequantize(L: Lowering, ref: ValueRef, scale: float, zero: float) -> ValueRef:
+    return ops.unary(L.g, ref, "affine", scale, -zero * scale)
+
+
+def _quantize_per_tensor(L: Lowering, x: int, scale: int, zero: int, qmin: int, qmax: int, dtype: int,
+                         out: int) -> None:
+    L.set(out, _quantize(L, L.t(x), _qparam(L, scale, "scale"), _qparam(L, zero, "zero point"),
+                         float(L.arg(qmin)), float(L.arg(qmax))))
+
+
+def _dequantize_per_tensor(L: Lowering, x: int, scale: int, zero: int, qmin: int, qmax: int, dtype: int,
+                           *rest: int) -> None:
+    L.set(rest[-1], _dequantize(L, L.t(x), _qparam(L, scale, "scale"), _qparam(L, zero, "zero point")))
+
+
+def _linear_q8ta_q8csw(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, w_sums: int, w_scales: int, bias: int,
+                       out: int) -> None:
+    """int8 static activations x int8 per-channel weights (ET-VK's PT2E flow): x is quantized and
+    dequantized as the integer kernel sees it, then multiplied with the int8 weights."""
+    s, z = _qparam(L, x_scale, "input scale"), _qparam(L, x_zero, "input zero point")
+    xq = _dequantize(L, _quantize(L, L.t(x), s, z), s, z)
+    qw = QuantWeight(L.same.get(w, w), L.same.get(w_scales, w_scales), None, L.dims(w)[1], 8, False)
+    L.set(out, _linear_quant(L, xq, qw, bias, None))
+
+
+def _q8ta_linear(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, w_sums: int, w_scales: int, o_scale: int,
+                 o_zero: int, bias: int, activation: int, out: int) -> None:
+    """A linear between int8 activations (ET-VK's q8ta_linear / q8ta_linear_gemv): dequantize the
+    input, int8 per-channel weights, bias, optional relu, quantize the output."""
+    s, z = _qparam(L, x_scale, "input scale"), _qparam(L, x_zero, "input zero point")
+    qw = QuantWeight(L.same.get(w, w), L.same.get(w_scales, w_scales), None, L.dims(w)[1], 8, False)
+    y = _linear_quant(L, _dequantize(L, L.t(x), s, z), qw, bias, None)
+    act = L.arg(activation)
+    if act not in ("none", "relu", None):
+        raise L.error(f"activation {act!r} is not supported")
+    if act == "relu":
+        y = ops.unary(L.g, y, "relu")
+    L.set(out, _quantize(L, y, _qparam(L, o_scale, "output scale"), _qparam(L, o_zero, "output zero point")))
+
+
+def _q8ta_add(L: Lowering, a: int, b: int, a_scale: int, a_zero: int, b_scale: int, b_zero: int, o_scale: int,
+              o_zero: int, alpha: int, out: int) -> None:
+    da = _dequantize(L, L.t(a), _qparam(L, a_scale, "scale"), _qparam(L, a_zero, "zero point"))
+    db = _dequantize(L, L.t(b), _qparam(L, b_scale, "scale"), _qparam(L, b_zero, "zero point"))
+    y = ops.binary(L.g, da, db, "add", float(L.arg(alpha)))
+    L.set(out, _quantize(L, y, _qparam(L, o_scale, "output scale"), _qparam(L, o_zero, "output zero point")))
+
+
+def _q8ta_relu(L: Lowering, x: int, x_scale: int, x_zero: int, o_scale: int, o_zero: int, out: int) -> None:
+    y = ops.unary(L.g, _dequantize(L, L.t(x), _qparam(L, x_scale, "scale"), _qparam(L, x_zero, "zero point")), "relu")
+    L.set(out, _quantize(L, y, _qparam(L, o_scale, "output scale"), _qparam(L, o_zero, "output zero point")))
 
 
 def _choose_qparams(L: Lowering, *args: int) -> None:
@@ -330,11 +464,20 @@ def _unary(op: str) -> Callable:
             L.set(out, ops.unary(L.g, L.t(x), "clamp", lo, hi))
         elif op == "gelu":
             L.set(out, ops.gelu(L.g, L.t(x), vals[0] if vals else "none"))
-        elif op == "pow":
-            L.set(out, ops.unary(L.g, L.t(x), "pow", float(vals[0])))
+        elif op in ("pow", "leaky_relu", "hardshrink"):
+            default = {"pow": None, "leaky_relu": 0.01, "hardshrink": 0.5}[op]
+            p = vals[0] if vals and vals[0] is not None else default
+            L.set(out, ops.unary(L.g, L.t(x), op, float(p)))
         else:
             L.set(out, ops.unary(L.g, L.t(x), op))
     return build
+
+
+def _div_mode(L: Lowering, a: int, b: int, mode: int, out: int) -> None:
+    m = L.arg(mode)
+    if m not in (None, "floor", "trunc"):
+        raise L.error(f"rounding mode {m!r} is not supported")
+    _binary("div" if m is None else f"div_{m}")(L, a, b, out)
 
 
 def _rsub(L: Lowering, a: int, b: int, alpha: int, out: int) -> None:
@@ -427,7 +570,9 @@ def _conv(L: Lowering, x: int, w: int, b: int, stride: int, pad: int, dil: int, 
           groups: int, *rest: int) -> None:
     out = rest[-1]
     if L.arg(transposed):
-        raise L.error("transposed convolution is not supported")
+        if len(rest) == 3:
+            raise L.error("a transposed convolution with clamp is not supported")
+        return _conv_transposed(L, x, w, b, stride, pad, dil, groups, out)
     if L.const(w) is None:
         raise L.error("a convolution weight computed at run time is not supported")
     if len(L.dims(x)) != 4:
@@ -487,6 +632,80 @@ def _reduce(op: str) -> Callable:
             ref = ops.reduce(L.g, ref, grp[-1], op, len(grp))
         L.set(out, ref)
     return build
+
+
+def _arg_reduce(op: str) -> Callable:
+    def build(L: Lowering, x: int, dim: int, keepdim: int, out: int) -> None:
+        shape = L.dims(x)
+        d = L.arg(dim)
+        if d is None or not shape:
+            L.set(out, ops.reduce(L.g, L.g.add_view(L.t(x), (1, int(np.prod(shape)))), 1, op))
+        else:
+            L.set(out, ops.reduce(L.g, L.t(x), int(d) % len(shape), op))
+    return build
+
+
+def _batch_norm(L: Lowering, x: int, w: int, b: int, mean: int, var: int, momentum: int, eps: int, out: int) -> None:
+    """Inference batch norm: one scale and shift per channel (dim 1), computed on the CPU."""
+    c = L.dims(x)[1]
+    stats = [None if L.vk(i).kind == "null" else L.const(i) for i in (w, b, mean, var)]
+    if any(a is None for a, i in zip(stats, (w, b, mean, var)) if L.vk(i).kind != "null") or stats[2] is None or \
+            stats[3] is None:
+        raise L.error("batch norm needs constant running statistics, weight and bias")
+    wt, bs, mu, vr = (np.asarray(a, np.float64).reshape(-1) if a is not None else None for a in stats)
+    scale = (1.0 if wt is None else wt) / np.sqrt(vr + float(L.arg(eps)))
+    shift = (0.0 if bs is None else bs) - mu * scale
+    tail = (1,) * (len(L.dims(x)) - 2)
+    y = ops.binary(L.g, L.t(x), L.derived(f"bn_scale{x}", lambda: np.broadcast_to(scale, (c,)).reshape(c, *tail)), "mul")
+    y = ops.binary(L.g, y, L.derived(f"bn_shift{x}", lambda: np.broadcast_to(shift, (c,)).reshape(c, *tail)), "add")
+    L.set(L.arg(out)[0] if L.vk(out).kind == "value_list" else out, y)
+
+
+def _group_norm(L: Lowering, x: int, w: int, b: int, n: int, c: int, hw: int, group: int, eps: int, out: int) -> None:
+    """Group norm as a layer norm over each group's [C/G * HxW] values, then the per-channel
+    weight and bias."""
+    n, c, hw, grp = (int(L.arg(i)) for i in (n, c, hw, group))
+    d = c // grp * hw
+    y = ops.layer_norm(L.g, L.g.add_view(L.t(x), (n * grp, d)), L.derived(f"ones{d}", lambda: np.ones(d)),
+                       L.derived(f"zeros{d}", lambda: np.zeros(d)), float(L.arg(eps)))
+    y = L.g.add_view(y, (n, c, hw))
+    if L.vk(w).kind != "null":
+        y = ops.binary(L.g, y, L.g.add_view(L.t(w), (c, 1)), "mul")
+    if L.vk(b).kind != "null":
+        y = ops.binary(L.g, y, L.g.add_view(L.t(b), (c, 1)), "add")
+    L.set(L.arg(out)[0] if L.vk(out).kind == "value_list" else out, y)
+
+
+def _rotary(hf: bool) -> Callable:
+    def build(L: Lowering, xq: int, xk: int, cos: int, sin: int, *rest: int) -> None:
+        outs = L.arg(rest[-1])
+        step = None
+        if hf:
+            pos = rest[0]
+            if pos in L.symints:
+                step = L.symints[pos]
+            else:
+                start = int(L.arg(pos))
+                step = L.g.prepack_tensor(L.g.add_tensorref(np.array([start], np.int32), f"{L.label}.start{L.node.node_id}"))
+        else:
+            step = L.g.prepack_tensor(L.g.add_tensorref(np.zeros(1, np.int32), f"{L.label}.start{L.node.node_id}"))
+        cd = L.dims(cos)
+        per_head = not hf and len(cd) == 3
+        cr = L.g.add_view(L.t(cos), (int(np.prod(cd[:-1])), cd[-1]))
+        sr = L.g.add_view(L.t(sin), (int(np.prod(cd[:-1])), cd[-1]))
+        for x, o in zip((xq, xk), outs):
+            b, t, h, d = L.dims(x)
+            L.set(o, ops.rotary(L.g, L.t(x), cr, sr, step, heads=h, seq=t, interleaved=not hf, per_head=per_head))
+    return build
+
+
+def _conv_transposed(L: Lowering, x: int, w: int, b: int, stride: int, pad: int, dil: int, groups: int, out: int) -> None:
+    if len(L.dims(x)) != 4:
+        raise L.error(f"only 2-D transposed convolution (NCHW input) is supported, not input {L.dims(x)}")
+    bias = None if L.vk(b).kind == "null" else L.weight(b)
+    L.set(out, ops.conv_transpose2d(L.g, L.t(x), L.operand(w), bias, L.dims(out)[-2:], stride=_pair(L.arg(stride), 1),
+                                    padding=_pair(L.arg(pad), 0), dilation=_pair(L.arg(dil), 1),
+                                    groups=int(L.arg(groups))))
 
 
 def _prepack(L: Lowering, x: int, out: int) -> None:
@@ -590,6 +809,99 @@ def _repeat(L: Lowering, x: int, reps: int, out: int) -> None:
     L.set(out, y)
 
 
+def _copy_into(L: Lowering, out: int, src: ValueRef, size: Sequence[int], src_strides: Sequence[int],
+               src_base: int = 0) -> None:
+    """Output ``out`` (contiguous, of ``size``' elements) gathered from ``src`` by strides."""
+    y = L.g.add_tensor(size, np.float32)
+    ops.strided_copy(L.g, y, src, size, [s & 0xFFFFFFFF for s in src_strides], ops.contiguous_strides(size),
+                     src_base & 0xFFFFFFFF)
+    L.set(out, y)
+
+
+def _split(L: Lowering, x: int, sizes: int, dim: int, outs: int) -> None:
+    shape = L.dims(x)
+    d = int(L.arg(dim)) % len(shape)
+    st = ops.contiguous_strides(shape)
+    start = 0
+    for o in L.arg(outs):
+        part = L.dims(o)
+        _copy_into(L, o, L.t(x), part, st, start * st[d])
+        start += part[d]
+
+
+def _t(L: Lowering, x: int, out: int) -> None:
+    if len(L.dims(x)) < 2:
+        return _view(L, x, out)
+    L.set(out, ops.permute(L.g, L.t(x), [1, 0]))
+
+
+def _flip(L: Lowering, x: int, dims: int, out: int) -> None:
+    shape = L.dims(x)
+    st = ops.contiguous_strides(shape)
+    flipped = {int(d) % len(shape) for d in L.arg(dims)}
+    base = sum((shape[d] - 1) * st[d] for d in flipped)
+    _copy_into(L, out, L.t(x), shape, [-s if d in flipped else s for d, s in enumerate(st)], base)
+
+
+def _index_select(L: Lowering, x: int, dim: int, index: int, out: int) -> None:
+    shape = L.dims(x)
+    d = int(L.arg(dim)) % max(len(shape), 1)
+    idx = L.const(index)
+    if idx is None:  # indices computed at run time: rows of x moved to the front, gathered
+        moved = [d] + [i for i in range(len(shape)) if i != d]
+        table = L.g.add_view(ops.permute(L.g, L.t(x), moved) if d else L.t(x),
+                             (shape[d], int(np.prod(shape)) // shape[d]))
+        rows = ops.embedding(L.g, L.g.add_view(L.ids(index), (int(np.prod(L.dims(index))),)), table)
+        want = [int(np.prod(L.dims(index)))] + [shape[i] for i in moved[1:]]
+        y = L.g.add_view(rows, want)
+        L.set(out, ops.permute(L.g, y, list(np.argsort(moved))) if d else y)
+        return
+    y = L.g.add_tensor(L.dims(out), np.float32)
+    st = ops.contiguous_strides(shape)
+    ost = ops.contiguous_strides(L.dims(out))
+    part = [1 if i == d else n for i, n in enumerate(shape)]
+    for k, j in enumerate(np.asarray(idx).reshape(-1)):
+        ops.strided_copy(L.g, y, L.t(x), part, st, ost, int(j) % shape[d] * st[d], k * ost[d])
+    L.set(out, y)
+
+
+def _constant_pad(L: Lowering, x: int, pad: int, value: int, out: int) -> None:
+    """Pad (or, with negative amounts, crop) the last dims: pad is (left, right) pairs from the
+    last dim backwards."""
+    shape = L.dims(x)
+    oshape = L.dims(out)
+    pads = [int(p) for p in L.arg(pad)]
+    y = ops.fill(L.g, oshape, float(L.arg(value) or 0.0))
+    size, src_base, dst_base = list(shape), 0, 0
+    st, ost = ops.contiguous_strides(shape), ops.contiguous_strides(oshape)
+    for k in range(len(pads) // 2):
+        d = len(shape) - 1 - k
+        lo, hi = pads[2 * k], pads[2 * k + 1]
+        size[d] = shape[d] + min(lo, 0) + min(hi, 0)
+        src_base += max(-lo, 0) * st[d]
+        dst_base += max(lo, 0) * ost[d]
+    if min(size) > 0:
+        ops.strided_copy(L.g, y, L.t(x), size, st, ost, src_base, dst_base)
+    L.set(out, y)
+
+
+def _upsample_nearest(L: Lowering, x: int, size: int, scales: int, out: int) -> None:
+    n, c, h, w = L.dims(x)
+    ho, wo = L.dims(out)[-2:]
+    if ho % h or wo % w:
+        raise L.error(f"nearest upsampling from {h}x{w} to {ho}x{wo} is supported for whole scale factors only")
+    ry, rx = ho // h, wo // w
+    _copy_into(L, out, L.t(x), (n, c, h, ry, w, rx), (c * h * w, h * w, w, 0, 1, 0))
+
+
+def _pixel_shuffle(L: Lowering, x: int, factor: int, out: int) -> None:
+    n, crr, h, w = L.dims(x)
+    r = int(L.arg(factor))
+    c = crr // (r * r)
+    # out[n, c, h*r + i, w*r + j] = x[n, c*r*r + i*r + j, h, w]
+    _copy_into(L, out, L.t(x), (n, c, h, r, w, r), (crr * h * w, r * r * h * w, w, r * h * w, 1, h * w))
+
+
 def _select_as_symint(L: Lowering, x: int, dim: int, index: int, out: int) -> None:
     """A SymInt read from a tensor when the graph runs (ET-VK: the cache position). Ops taking it
     read the tensor's first element on the device."""
@@ -631,10 +943,18 @@ OPS: dict[str, Callable[..., None]] = {
     "et_vk.prepack.default": _prepack,
     "et_vk.linear_q4gsw.default": _linear_q4gsw, "et_vk.linear_dq8ca_q4gsw.default": _linear_dq8ca_q4gsw,
     "torchao.choose_qparams_affine.default": _choose_qparams, "torchao.dequantize_affine.default": _dequantize_affine,
+    "aten._weight_int8pack_mm.default": _weight_int8pack_mm, "et_vk.linear_qcs4w.default": _linear_qcs4w,
+    "quantized_decomposed.dequantize_per_channel.default": _dequantize_per_channel,
+    "et_vk.linear_q8ta_q8csw.default": _linear_q8ta_q8csw,
+    **{f"quantized_decomposed.{op}.{k}": fn for op, fn in (("quantize_per_tensor", _quantize_per_tensor),
+                                                            ("dequantize_per_tensor", _dequantize_per_tensor))
+       for k in ("default", "tensor")},
+    "et_vk.q8ta_linear.default": _q8ta_linear, "et_vk.q8ta_linear_gemv.default": _q8ta_linear,
+    "et_vk.q8ta_add.default": _q8ta_add, "et_vk.q8ta_relu.default": _q8ta_relu,
     "aten.add.Tensor": _binary("add", alpha_arg=True), "aten.sub.Tensor": _binary("sub", alpha_arg=True),
     "aten.add.Scalar": _binary("add", alpha_arg=True), "aten.sub.Scalar": _binary("sub", alpha_arg=True),
     "aten.mul.Tensor": _binary("mul"), "aten.mul.Scalar": _binary("mul"),
-    "aten.div.Tensor": _binary("div"), "aten.div.Scalar": _binary("div"),
+    "aten.div.Tensor": _binary("div"), "aten.div.Scalar": _binary("div"), "aten.div.Tensor_mode": _div_mode,
     "aten.pow.Tensor_Tensor": _binary("pow"), "aten.pow.Tensor_Scalar": _unary("pow"),
     "aten.rsub.Scalar": _rsub, "aten.maximum.default": _binary("maximum"), "aten.minimum.default": _binary("minimum"),
     "aten.logical_and.default": _binary("logical_and"), "aten.logical_or.default": _binary("logical_or"),
@@ -643,24 +963,31 @@ OPS: dict[str, Callable[..., None]] = {
     "aten.where.self": _where,
     **{f"aten.{c}.{k}": _binary(c) for c in ("gt", "lt", "ge", "le", "eq", "ne") for k in ("Tensor", "Scalar")},
     **{f"aten.{u}.default": _unary(u) for u in ("relu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "neg", "abs",
-                                                 "log", "silu")},
+                                                 "log", "silu", "sin", "cos", "log10", "round", "hardswish",
+                                                 "leaky_relu", "hardshrink")},
     "aten.gelu.default": _unary("gelu"), "aten.hardtanh.default": _unary("clamp"), "aten.clamp.default": _unary("clamp"),
     "aten._softmax.default": _softmax(False), "aten._log_softmax.default": _softmax(True),
     "aten.native_layer_norm.default": _layer_norm, "et_vk.rms_norm.default": _rms_norm,
+    "aten.native_group_norm.default": _group_norm, "aten._native_batch_norm_legit_no_training.default": _batch_norm,
+    "et_vk.apply_rotary_emb.default": _rotary(False), "et_vk.apply_rotary_emb_hf.default": _rotary(True),
     "aten.linear.default": _linear, "aten.mm.default": _matmul, "aten.bmm.default": _matmul,
     "aten.addmm.default": _addmm,
     "aten.convolution.default": _conv, "et_vk.conv_with_clamp.default": _conv,
     "aten.max_pool2d_with_indices.default": _max_pool, "aten.max_pool2d.default": _max_pool,
     "aten.avg_pool2d.default": _avg_pool,
     "aten.mean.dim": _reduce("mean"), "aten.sum.dim_IntList": _reduce("sum"), "aten.amax.default": _reduce("max"),
-    "aten.amin.default": _reduce("min"),
+    "aten.amin.default": _reduce("min"), "aten.argmax.default": _arg_reduce("argmax"),
+    "aten.argmin.default": _arg_reduce("argmin"),
     "aten.view_copy.default": _view, "aten._unsafe_view.default": _view, "aten.squeeze_copy.dims": _view,
     "aten.squeeze_copy.dim": _view, "aten.squeeze_copy.default": _view, "aten.unsqueeze_copy.default": _view,
     "aten.clone.default": _view, "aten.alias_copy.default": _view, "aten._to_copy.default": _to_copy,
     "dim_order_ops._to_dim_order_copy.default": _to_copy,
     "aten.permute_copy.default": _permute, "aten.select_copy.int": _select, "aten.slice_copy.Tensor": _slice,
     "aten.cat.default": _cat, "aten.expand_copy.default": _expand, "aten.repeat.default": _repeat,
-    "aten.embedding.default": _embedding,
+    "aten.embedding.default": _embedding, "aten.split_with_sizes_copy.default": _split, "aten.t_copy.default": _t,
+    "aten.flip.default": _flip, "aten.index_select.default": _index_select,
+    "aten.constant_pad_nd.default": _constant_pad, "aten.upsample_nearest2d.vec": _upsample_nearest,
+    "aten.pixel_shuffle.default": _pixel_shuffle,
     "et_vk.select_as_symint.default": _select_as_symint, "sdpa_with_kv_cache.default": _sdpa_with_kv_cache,
 }
 SHAPE_ONLY = ("aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")

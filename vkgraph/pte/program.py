@@ -204,12 +204,14 @@ class Chain:
         got = execute(feeds)
         for name, i, vi in zip(lowering.outputs, args[n_in:], lowering.info.output_ids):
             t = lowering.info.values[vi].value
+            pv = self.plan.values[i]  # the program's dtype wins (ET-VK declares argmax's int64 as int32)
+            dtype = pv.value.dtype if pv.kind == "tensor" else t.dtype
             y = got[name]
-            if t.dtype == np.bool_:
+            if dtype == np.bool_:
                 y = y != 0
-            elif t.dtype.kind in "iu" and y.dtype.kind == "f":
+            elif dtype.kind in "iu" and y.dtype.kind == "f":
                 y = np.rint(y)
-            values[i] = y.astype(t.dtype).reshape(t.dims)
+            values[i] = y.astype(dtype).reshape(t.dims)
 
     def _kernel(self, op: str, args: tuple[int, ...], values: list[Any], at: int) -> None:
         fn = kernels.kernel(op)
