@@ -274,14 +274,29 @@ class Rope(nn.Module):
                 *hf_apply_rotary_emb(q, k, self.hf_cos[:t], self.hf_sin[:t]))
 
 
+class QConv(nn.Module):
+    """Convolutions for static int8 quantization (XNNPACKQuantizer): lowered to et_vk.q8ta_conv2d,
+    q8ta_conv2d_dw, q8ta_conv2d_pw and q8ta_conv2d_transposed."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(4, 8, 3, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pw = nn.Conv2d(8, 12, 1)
+        self.up = nn.ConvTranspose2d(12, 4, 2, stride=2)
+
+    def forward(self, x):
+        return self.up(self.pw(self.dw(F.relu(self.c1(x)))))
+
+
 def _pt2e(model: nn.Module, inputs: tuple, scheme: str) -> nn.Module:
     """PT2E quantization (prepare, calibrate on ``inputs``, convert) and what VulkanPartitioner
     lowers each scheme to:
     vk_w4: VulkanQuantizer, int4 weights per channel -> et_vk.linear_qcs4w
     vk_w8: VulkanQuantizer, int8 weights per channel -> aten._weight_int8pack_mm
     vk_dyn8: VulkanQuantizer is_dynamic -> quantized_decomposed.dequantize_per_channel + aten.linear
-    xnn_static: XNNPACKQuantizer, static int8 activations -> quantize_per_tensor, et_vk.q8ta_linear,
-    dequantize_per_tensor"""
+    xnn_static: XNNPACKQuantizer, static int8 activations -> quantize_per_tensor, et_vk.q8ta_linear
+    (et_vk.q8ta_conv2d* for convolutions), dequantize_per_tensor"""
     from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -326,6 +341,7 @@ def programs(gen: torch.Generator):
         **{name: (_pt2e(QuantMLP(), (x,), scheme), (x,)) for name, scheme, x in (
             ("qcs4w_mlp", "vk_w4", rand(4, 64)), ("int8pack_mlp", "vk_w8", rand(4, 64)),
             ("pc8_mlp", "vk_dyn8", rand(4, 64)), ("q8ta_mlp", "xnn_static", rand(4, 64)))},
+        **{"qconv": (_pt2e(QConv(), (x,), "xnn_static"), (x,)) for x in (rand(1, 4, 8, 8),)},
     }
 
 

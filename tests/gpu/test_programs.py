@@ -22,7 +22,7 @@ FP32 = ["mlp", "encoder", "convnet", "elementwise", "tiny_llama", "vision", "ele
 #: linears quantized by torchao and by PT2E quantizers; quant_mlp's and pc8_mlp's eager outputs
 #: quantize activations to int8 dynamically (vkgraph runs them in float32, as ET-VK's reference
 #: does), hence the looser tolerance
-QUANT = ["quant_mlp", "q4w_mlp", "q8w_mlp", "int8wo_mlp", "qcs4w_mlp", "int8pack_mlp", "pc8_mlp", "q8ta_mlp"]
+QUANT = ["quant_mlp", "q4w_mlp", "q8w_mlp", "int8wo_mlp", "qcs4w_mlp", "int8pack_mlp", "pc8_mlp", "q8ta_mlp", "qconv"]
 
 
 def fixture(name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:

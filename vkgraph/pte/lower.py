@@ -378,7 +378,11 @@ def _q8ta_linear(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, w_sums:
     input, int8 per-channel weights, bias, optional relu, quantize the output."""
     s, z = _qparam(L, x_scale, "input scale"), _qparam(L, x_zero, "input zero point")
     qw = QuantWeight(L.same.get(w, w), L.same.get(w_scales, w_scales), None, L.dims(w)[1], 8, False)
-    y = _linear_quant(L, _dequantize(L, L.t(x), s, z), qw, bias, None)
+    _q8ta_output(L, _linear_quant(L, _dequantize(L, L.t(x), s, z), qw, bias, None), activation, o_scale, o_zero, out)
+
+
+def _q8ta_output(L: Lowering, y: ValueRef, activation: int, o_scale: int, o_zero: int, out: int) -> None:
+    """The end of a q8ta op: its activation ("none" or "relu"), then the output quantized."""
     act = L.arg(activation)
     if act not in ("none", "relu", None):
         raise L.error(f"activation {act!r} is not supported")
@@ -398,6 +402,46 @@ def _q8ta_add(L: Lowering, a: int, b: int, a_scale: int, a_zero: int, b_scale: i
 def _q8ta_relu(L: Lowering, x: int, x_scale: int, x_zero: int, o_scale: int, o_zero: int, out: int) -> None:
     y = ops.unary(L.g, _dequantize(L, L.t(x), _qparam(L, x_scale, "scale"), _qparam(L, x_zero, "zero point")), "relu")
     L.set(out, _quantize(L, y, _qparam(L, o_scale, "output scale"), _qparam(L, o_zero, "output zero point")))
+
+
+def _q8ta_conv(kind: str) -> Callable:
+    """ET-VK's int8 convolutions (q8ta_conv2d, _pw, _dw, _transposed): the input dequantized, the
+    int8 weights (in ET-VK's im2col layouts) turned back into float32 OIHW (IOHW when transposed)
+    on the CPU, a float convolution, optional relu, the output quantized."""
+    transposed = kind == "transposed"
+
+    def build(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, w_sums: int, w_scales: int, o_scale: int,
+              o_zero: int, bias: int, ksize: int, stride: int, pad: int, *rest: int) -> None:
+        out_pad, dil, groups, act, out = rest if transposed else (None, *rest)
+        n, cin, h, wd = L.dims(x)
+        cout = L.dims(out)[1]
+        grp = int(L.arg(groups))
+        kh, kw = (int(k) for k in L.arg(ksize))
+        q, sc = L.const(w), L.const(w_scales)
+        if q is None or sc is None:
+            raise L.error("the int8 convolution weights and scales must be constants")
+
+        def weight() -> np.ndarray:
+            scale = np.asarray(sc, np.float32).reshape(-1)[:cout]
+            if kind == "dw":  # [KH, KW, OC] -> [OC, 1, KH, KW]
+                return (q.reshape(kh, kw, -1)[:, :, :cout].transpose(2, 0, 1) * scale[:, None, None])[:, None]
+            cin_g = cin // grp
+            m = q.reshape(q.shape[0], -1)[:cout, :kh * kw * cin_g].astype(np.float32) * scale[:, None]
+            if not transposed:  # [OC, KH*KW*ICg] (kh, kw, ic) -> OIHW
+                return m.reshape(cout, kh, kw, cin_g).transpose(0, 3, 1, 2)
+            cout_g = cout // grp  # [groups*OCg, KH*KW*ICg] -> [IC, OCg, KH, KW]
+            return m.reshape(grp, cout_g, kh, kw, cin_g).transpose(0, 4, 1, 2, 3).reshape(cin, cout_g, kh, kw)
+
+        wref = L.derived(f"qconv{L.node.node_id}", weight)
+        b = None if L.vk(bias).kind == "null" else L.vector(bias, cout, "bias")
+        xd = _dequantize(L, L.t(x), _qparam(L, x_scale, "input scale"), _qparam(L, x_zero, "input zero point"))
+        st, pd, dl = _pair(L.arg(stride), 1), _pair(L.arg(pad), 0), _pair(L.arg(dil), 1)
+        if transposed:
+            y = ops.conv_transpose2d(L.g, xd, wref, b, L.dims(out)[-2:], stride=st, padding=pd, dilation=dl, groups=grp)
+        else:
+            y = ops.to_buffer(L.g, ops.conv2d(L.g, xd, wref, b, stride=st, padding=pd, dilation=dl, groups=grp))
+        _q8ta_output(L, y, act, o_scale, o_zero, out)
+    return build
 
 
 def _choose_qparams(L: Lowering, *args: int) -> None:
@@ -951,6 +995,7 @@ OPS: dict[str, Callable[..., None]] = {
        for k in ("default", "tensor")},
     "et_vk.q8ta_linear.default": _q8ta_linear, "et_vk.q8ta_linear_gemv.default": _q8ta_linear,
     "et_vk.q8ta_add.default": _q8ta_add, "et_vk.q8ta_relu.default": _q8ta_relu,
+    **{f"et_vk.q8ta_conv2d{k and '_' + k}.default": _q8ta_conv(k) for k in ("", "pw", "dw", "transposed")},
     "aten.add.Tensor": _binary("add", alpha_arg=True), "aten.sub.Tensor": _binary("sub", alpha_arg=True),
     "aten.add.Scalar": _binary("add", alpha_arg=True), "aten.sub.Scalar": _binary("sub", alpha_arg=True),
     "aten.mul.Tensor": _binary("mul"), "aten.mul.Scalar": _binary("mul"),
