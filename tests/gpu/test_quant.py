@@ -33,7 +33,11 @@ def ref_packed(fmt, raw):
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("n,k", [(1, 32), (5, 64), (33, 96), (64, 576)])
-def test_pack_linear_and_embedding(device, compiler, fmt, n, k):
+@pytest.mark.parametrize("cpu_gemv", [True, False], ids=["cpu-layout", "gpu-layout"])
+def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, cpu_gemv):
+    """Both layouts of the quantized linear (on CPU renderers: rows per invocation and texel
+    buffers; on GPUs: a row per invocation) against gguf's dequantizer."""
+    monkeypatch.setattr(ops, "CPU_GEMV", cpu_gemv)
     raw, deq = quantized(fmt, n, k, n * k)
     m = 3
     x = np.random.default_rng(k).standard_normal((m, k)).astype(np.float32)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from ..errors import DeviceLostError, FenceTimeoutError
-from ..runtime import (CommandPool, DescriptorPool, DescriptorType, Fence, MemoryKind, Stage, TimestampQueryPool,
-                       submit_and_wait)
+from ..runtime import (Buffer, CommandPool, DescriptorPool, DescriptorType, Fence, MemoryKind, Stage, TexelView,
+                       TimestampQueryPool, submit_and_wait)
 from .scheduler import batches, execute_cut_points
 from .values import Tensor
 
@@ -28,6 +28,7 @@ class ExecutePlan:
         buffers."""
         self.graph = graph
         self.queries: TimestampQueryPool | None = None
+        self.texel_views: dict[tuple[int, int, int], TexelView] = {}
         self.runs = 0  # completed runs (the profile reads the last one's timestamps)
         g = graph
         for v in g.values:
@@ -50,7 +51,8 @@ class ExecutePlan:
             types = [t for n in nodes for t in n.binding_types(g)]
             self.dpool = DescriptorPool(g.device, max(1, len(nodes)), {
                 DescriptorType.STORAGE_BUFFER: max(1, types.count(DescriptorType.STORAGE_BUFFER)),
-                DescriptorType.STORAGE_IMAGE: types.count(DescriptorType.STORAGE_IMAGE)})
+                DescriptorType.STORAGE_IMAGE: types.count(DescriptorType.STORAGE_IMAGE),
+                DescriptorType.UNIFORM_TEXEL_BUFFER: types.count(DescriptorType.UNIFORM_TEXEL_BUFFER)})
             plan = batches(len(nodes), execute_cut_points(len(nodes), g.config)) or [range(0)]
             self.cmds = self.pool.allocate(len(plan))
             for i, (cmd, batch) in enumerate(zip(self.cmds, plan)):
@@ -63,7 +65,7 @@ class ExecutePlan:
                         cmd.reset_query_pool(self.queries)
                         cmd.write_timestamp(self.queries, 0, Stage.BOTTOM_OF_PIPE)
                 for n in batch:
-                    nodes[n].encode(g, cmd, self.dpool)
+                    nodes[n].encode(g, cmd, self.dpool, self._texel_view)
                     if self.queries is not None:  # after the node's barrier: its dispatch has finished
                         cmd.write_timestamp(self.queries, n + 1, Stage.BOTTOM_OF_PIPE)
                 if i == len(plan) - 1:
@@ -75,6 +77,13 @@ class ExecutePlan:
         except BaseException:
             self.destroy()
             raise
+
+    def _texel_view(self, buffer: Buffer, offset: int, nbytes: int) -> TexelView:
+        """One view per buffer range, made when first bound, destroyed with the plan."""
+        key = (id(buffer), offset, nbytes)
+        if key not in self.texel_views:
+            self.texel_views[key] = TexelView(buffer, offset, nbytes)
+        return self.texel_views[key]
 
     def copy_into_staging(self, name: str, array: np.ndarray) -> None:
         g = self.graph
@@ -124,6 +133,6 @@ class ExecutePlan:
         return {k: (v[0], v[1]) for k, v in sorted(out.items(), key=lambda kv: -kv[1][0])}
 
     def destroy(self) -> None:
-        for obj in (getattr(self, "fence", None), self.queries, self.dpool, self.pool):
+        for obj in (getattr(self, "fence", None), self.queries, self.dpool, self.pool, *self.texel_views.values()):
             if obj is not None:
                 obj.destroy()

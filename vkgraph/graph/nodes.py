@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..runtime import CommandBuffer, DescriptorPool, DescriptorType
 from .packers import Packer
@@ -13,6 +13,7 @@ from .values import Tensor, TensorRef, ValueRef
 from .windows import row_windows
 
 if TYPE_CHECKING:
+    from ..runtime import Buffer, TexelView
     from .compute_graph import ComputeGraph
     from .kernels import Kernel
 
@@ -112,28 +113,40 @@ class DispatchNode:
     spec: dict[int, int | float | bool] = field(default_factory=dict)
     groups: tuple[int, int, int] = (1, 1, 1)
     defines: dict[str, object] = field(default_factory=dict)
+    #: bindings read as uniform texel buffers of R32_UINT (``texelFetch``) instead of storage buffers
+    texels: tuple[int, ...] = ()
 
     def tensors(self, graph: ComputeGraph) -> list[Tensor]:
         return [graph.values[a[0] if isinstance(a, tuple) else a] for a in self.args]
 
     def binding_types(self, graph: ComputeGraph) -> tuple[DescriptorType, ...]:
-        """Storage images for texture tensors, storage buffers for the rest."""
-        return tuple(DescriptorType.STORAGE_IMAGE if t.storage == "texture3d" else DescriptorType.STORAGE_BUFFER
-                     for t in self.tensors(graph))
+        """Storage images for texture tensors, uniform texel buffers for ``texels``, storage
+        buffers for the rest."""
+        return tuple(DescriptorType.STORAGE_IMAGE if t.storage == "texture3d" else
+                     DescriptorType.UNIFORM_TEXEL_BUFFER if i in self.texels else DescriptorType.STORAGE_BUFFER
+                     for i, t in enumerate(self.tensors(graph)))
 
     def kernel(self, graph: ComputeGraph) -> Kernel:
         return graph.kernels.get(self.shader, self.binding_types(graph), len(self.push), self.spec, self.defines)
 
-    def encode(self, graph: ComputeGraph, cmd: CommandBuffer, pool: DescriptorPool) -> None:
+    def encode(self, graph: ComputeGraph, cmd: CommandBuffer, pool: DescriptorPool,
+               texel_view: Callable[[Buffer, int, int], TexelView] | None = None) -> None:
+        """Record the dispatch; ``texel_view(buffer, offset, nbytes)`` gives the views of the
+        ``texels`` bindings (owned by the caller)."""
         kernel = self.kernel(graph)
         for t in self.tensors(graph):
             if t.image is not None:
                 cmd.prepare_image(t.image)
         dset = pool.allocate(kernel.set_layout)
-        dset.bind({
-            i: (graph.values[a[0]].buffer, a[1], a[2]) if isinstance(a, tuple) else graph.values[a].resource
-            for i, a in enumerate(self.args)
-        })
+        resources = {}
+        for i, a in enumerate(self.args):
+            ref, off, nbytes = a if isinstance(a, tuple) else (a, 0, graph.values[a].nbytes)
+            t = graph.values[ref]
+            if i in self.texels:
+                resources[i] = texel_view(t.buffer, off, nbytes)
+            else:
+                resources[i] = (t.buffer, off, nbytes) if isinstance(a, tuple) else t.resource
+        dset.bind(resources)
         cmd.bind_pipeline(kernel.pipeline)
         cmd.bind_descriptor_sets(kernel.layout, [dset])
         if self.push:

@@ -16,6 +16,11 @@ from ..graph.values import Tensor, TensorRef, ValueRef
 from ..graph.windows import row_windows
 
 LOCAL_SIZE = 64
+#: a quantized linear on CPU renderers: rows per invocation, invocations per workgroup (one SIMD
+#: group of lavapipe's: small weights still spread over the cores); see _linear_quant
+QUANT_ROWS_CPU = 32
+QUANT_LOCAL_CPU = 8
+CPU_GEMV = True  # False: the GPU layout everywhere (benchmarks/gemv.py compares the two)
 
 
 def _buffer(g: ComputeGraph, ref: ValueRef, what: str) -> tuple[ValueRef, Tensor]:
@@ -82,9 +87,7 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     if w.layout in FORMATS:
         if bias is not None:
             raise ValueError("linear: a bias with quantized weights is not supported")
-        for r0, r1, wb in _row_windows(g, w_ref, n):
-            g.add_dispatch(DispatchNode("linear_quant", [y, x, wb], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
-                                        {0: LOCAL_SIZE}, _groups(g, m * (r1 - r0)), {"QTYPE": FORMATS[w.layout].qtype}))
+        _linear_quant(g, y, x, w_ref, m, n, k)
         return y
     extra = []
     if bias is not None:
@@ -96,6 +99,25 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
                                     {0: LOCAL_SIZE}, _groups(g, m * ((r1 - r0 + 3) // 4)),
                                     {"HAS_BIAS": int(bias is not None)}))
     return y
+
+
+def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int) -> None:
+    """The dispatches of a GGML-quantized linear, one per window of weight rows. On CPU renderers
+    (lavapipe, SwiftShader) an invocation computes QUANT_ROWS_CPU rows, reading x once for all,
+    and the weight is read as a uniform texel buffer where the device allows one that large:
+    lavapipe runs a storage-buffer load inside a loop as a loop over the SIMD lanes, a texel
+    fetch as one gather (glsl/linear_quant.glsl; figures in benchmarks/gemv.py)."""
+    w = g.values[w_ref]
+    lim = g.device.limits
+    cpu = CPU_GEMV and g.device.is_cpu
+    rows, local = (QUANT_ROWS_CPU, QUANT_LOCAL_CPU) if cpu else (1, LOCAL_SIZE)
+    for r0, r1, wb in _row_windows(g, w_ref, n):
+        offset, nbytes = wb[1:] if isinstance(wb, tuple) else (0, w.nbytes)
+        texel = cpu and nbytes // 4 <= lim["maxTexelBufferElements"] and offset % lim["minTexelBufferOffsetAlignment"] == 0
+        g.add_dispatch(DispatchNode("linear_quant", [y, x, wb], struct.pack("<IIIII", m, r1 - r0, k, r0, n), {0: local},
+                                    (dispatch_groups(-(-(r1 - r0) // rows), local, g.max_groups_x), 1, 1),
+                                    {"QTYPE": FORMATS[w.layout].qtype, "ROWS": rows, "TEXEL": int(texel)},
+                                    texels=(2,) if texel else ()))
 
 
 def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:

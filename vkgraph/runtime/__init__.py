@@ -6,7 +6,7 @@ from .device import Device, select_physical_device
 from .handle import VkObject, collected_objects, live_objects
 from .image import Image3D, storage_image_supported
 from .instance import DebugMessage, Instance, PhysicalDevice, debug_messages, loader_version, reported_messages
-from .memory import Buffer, BufferUsage, ImportedBuffer, MemoryKind, select_memory_type
+from .memory import Buffer, BufferUsage, ImportedBuffer, MemoryKind, TexelView, select_memory_type
 from .pipeline import ComputePipeline, PipelineCache, PipelineLayout, ShaderModule
 from .query import TimestampQueryPool, host_clock_offset_ns
 from .submit import OneShot, submit_and_wait
@@ -37,6 +37,7 @@ __all__ = [
     "PipelineCache",
     "PipelineLayout",
     "Semaphore",
+    "TexelView",
     "ShaderModule",
     "Stage",
     "TimestampQueryPool",

@@ -10,7 +10,7 @@ from ..errors import VulkanError
 from ._vk import call, vk
 from .device import Device
 from .handle import VkObject
-from .memory import Buffer
+from .memory import Buffer, TexelView
 
 if TYPE_CHECKING:
     from .image import Image3D
@@ -21,6 +21,7 @@ class DescriptorType(enum.IntEnum):
 
     COMBINED_IMAGE_SAMPLER = 1
     STORAGE_IMAGE = 3
+    UNIFORM_TEXEL_BUFFER = 4
     UNIFORM_BUFFER = 6
     STORAGE_BUFFER = 7
 
@@ -104,16 +105,33 @@ class DescriptorSet:
         self.layout = layout
         self.handle = handle
 
-    def bind(self, resources: Mapping[int, Buffer | tuple[Buffer, int, int] | Image3D]) -> None:
-        """Buffers (whole or ``(buffer, offset, nbytes)`` windows) and storage images, by binding."""
+    def bind(self, resources: Mapping[int, Buffer | tuple[Buffer, int, int] | Image3D | TexelView]) -> None:
+        """Buffers (whole or ``(buffer, offset, nbytes)`` windows), storage images and texel
+        views, by binding."""
         from .image import Image3D
 
         images = {b: r for b, r in resources.items() if isinstance(r, Image3D)}
-        buffers = {b: r for b, r in resources.items() if not isinstance(r, Image3D)}
+        texels = {b: r for b, r in resources.items() if isinstance(r, TexelView)}
+        buffers = {b: r for b, r in resources.items() if not isinstance(r, (Image3D, TexelView))}
         if buffers:
             self.bind_buffers(buffers)
         if images:
             self.bind_images(images)
+        if texels:
+            self.bind_texel_views(texels)
+
+    def bind_texel_views(self, views: Mapping[int, TexelView]) -> None:
+        """Point UNIFORM_TEXEL_BUFFER bindings at buffer views."""
+        handles = []  # the arrays the writes point at stay referenced until the update returns
+        for binding, view in views.items():
+            if binding >= len(self.layout.bindings) or \
+                    self.layout.bindings[binding] is not DescriptorType.UNIFORM_TEXEL_BUFFER:
+                raise ValueError(f"binding {binding} is not a uniform texel buffer in the layout")
+            handles.append((binding, [view.handle]))
+        writes = [vk.VkWriteDescriptorSet(dstSet=self.handle, dstBinding=b, descriptorCount=1,
+                                          descriptorType=int(DescriptorType.UNIFORM_TEXEL_BUFFER), pTexelBufferView=h)
+                  for b, h in handles]
+        vk.vkUpdateDescriptorSets(self.pool.device.handle, len(writes), writes, 0, None)
 
     def bind_images(self, images: Mapping[int, Image3D]) -> None:
         """Point STORAGE_IMAGE bindings at images (in GENERAL layout)."""

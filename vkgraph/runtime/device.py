@@ -159,6 +159,11 @@ class Device(VkObject):
         return self.physical.host_visible_device_local
 
     @property
+    def is_cpu(self) -> bool:
+        """A software renderer (lavapipe, SwiftShader): shaders run on the host's cores."""
+        return self.physical.type == "cpu"
+
+    @property
     def validation(self) -> bool:
         return self.instance.validation
 

@@ -353,6 +353,8 @@ class PhysicalDevice:
             "minStorageBufferOffsetAlignment": lim.minStorageBufferOffsetAlignment,
             "nonCoherentAtomSize": lim.nonCoherentAtomSize,
             "maxImageDimension3D": lim.maxImageDimension3D,
+            "maxTexelBufferElements": lim.maxTexelBufferElements,
+            "minTexelBufferOffsetAlignment": lim.minTexelBufferOffsetAlignment,
             "timestampPeriod": lim.timestampPeriod,
         }
         self.driver_name = ""

@@ -26,11 +26,12 @@ class BufferUsage(enum.IntFlag):
 
     TRANSFER_SRC = 0x1
     TRANSFER_DST = 0x2
+    UNIFORM_TEXEL = 0x4
     UNIFORM = 0x10
     STORAGE = 0x20
 
 
-DEFAULT_USAGE = BufferUsage.STORAGE | BufferUsage.TRANSFER_SRC | BufferUsage.TRANSFER_DST
+DEFAULT_USAGE = BufferUsage.STORAGE | BufferUsage.UNIFORM_TEXEL | BufferUsage.TRANSFER_SRC | BufferUsage.TRANSFER_DST
 
 
 class MemoryKind(enum.Enum):
@@ -188,6 +189,28 @@ class Buffer(VkObject):
     def __repr__(self) -> str:
         label = f" {self.name!r}" if self.name else ""
         return f"<Buffer{label} {self.nbytes} B {self.kind.value}{'' if self.alive else ' destroyed'}>"
+
+
+class TexelView(VkObject):
+    """A range of a buffer seen as R32_UINT texels (a VkBufferView for a uniform texel buffer
+    binding: shaders read it with ``texelFetch``). Destroy it before its buffer."""
+
+    def __init__(self, buffer: Buffer, offset: int, nbytes: int):
+        device = buffer.device
+        most = device.limits["maxTexelBufferElements"] * 4
+        align = device.limits["minTexelBufferOffsetAlignment"]
+        if nbytes <= 0 or nbytes % 4 or nbytes > most or offset % align or offset + nbytes > buffer.nbytes:
+            raise ValueError(f"texel view of {buffer!r}: range [{offset}, {offset + nbytes}) is not whole texels "
+                             f"inside the buffer, aligned to {align} and at most {most} bytes")
+        self.buffer, self.offset, self.nbytes = buffer, offset, nbytes
+        dev = device.handle
+        info = vk.VkBufferViewCreateInfo(buffer=buffer.handle, format=vk.VK_FORMAT_R32_UINT, offset=offset, range=nbytes)
+        self.handle = handle = call(vk.vkCreateBufferView, dev, info, None, detail=f"texel view of {buffer!r}")
+
+        def release(dev=dev, handle=handle) -> None:
+            vk.vkDestroyBufferView(dev, handle, None)
+
+        self._own(device, release)
 
 
 HOST_ALLOCATION = 0x80  # VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
