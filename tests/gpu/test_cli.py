@@ -30,6 +30,28 @@ def test_bench_load_json(device, cache_dir, capsys, mode):
     assert out["packing_dispatches"] > 0 and out["load_s"] > 0
 
 
+@pytest.mark.parametrize("mode", ["legacy", "staged"])
+def test_bench_load_profile_times_every_packer(device, cache_dir, capsys, mode):
+    """--profile: GPU time per packer from a timestamp after every prepack node; every node is
+    counted once, under its packer."""
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", mode, "--json", "--profile"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    from vkgraph.graph import ComputeGraph
+    from vkgraph.models.registry import open_model
+
+    with open_model("synthetic:4") as m, ComputeGraph(device=device) as g:
+        m.build(g)
+        want = {}
+        for node in g.prepack_nodes:
+            want[node.packer.name] = want.get(node.packer.name, 0) + 1
+    assert {k: n for k, (sec, n) in out["packer_gpu_s"].items()} == want
+    assert all(sec >= 0 for sec, _ in out["packer_gpu_s"].values())
+    assert sum(sec for sec, _ in out["packer_gpu_s"].values()) <= out["gpu_s"] * 1.01 + 1e-6
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", mode, "--profile"]) == 0
+    text = capsys.readouterr().out
+    assert "GPU time per packer" in text and "| linear_4x4 |" in text
+
+
 @pytest.mark.parametrize("check", ["every", "last"])
 def test_bench_load_several_loads(device, cache_dir, capsys, check):
     assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", "staged", "--json", "--loads", "3",

@@ -15,14 +15,20 @@ def cmd_bench_load(args: argparse.Namespace) -> int:
 
     if args.loads < 1:
         raise ValueError(f"--loads must be >= 1, not {args.loads}")
+    def summary(r) -> dict:
+        out = bench_json(r, args.mode)
+        if not args.profile:
+            del out["packer_gpu_s"]
+        return out
+
     for i in range(args.loads - 1):  # earlier loads in this process: printed, not plotted or traced
         r = load_model(args.model, args.mode, args.config, verify=args.check == "every")
-        line = {**bench_json(r, args.mode), "load_index": i}
+        line = {**summary(r), "load_index": i}
         print(json.dumps(line) if args.json else f"load {i}: {line['load_s']:.4f} s, output_ok {r.output_ok}")
         if r.output_ok is False:
             return 1
     r = load_model(args.model, args.mode, args.config, trace=args.trace)
-    out = bench_json(r, args.mode)
+    out = summary(r)
     if args.loads > 1:
         out["load_index"] = args.loads - 1
     if args.plot:
@@ -36,7 +42,12 @@ def cmd_bench_load(args: argparse.Namespace) -> int:
     else:
         width = max(map(len, out))
         for k, v in out.items():
-            print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+            if k != "packer_gpu_s":
+                print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+        if args.profile:
+            print(f"\nGPU time per packer (a timestamp after every prepack node): {r.report.gpu_s * 1e3:.1f} ms "
+                  f"in {r.report.submits} command buffers\n")
+            print(r.report.format_packers())
     return 0 if r.output_ok else 1
 
 
@@ -75,6 +86,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bl.add_argument("--trace", help="write a Chrome trace of the load to this file")
     bl.add_argument("--json", action="store_true")
     bl.add_argument("--plot", help="write a PNG of the load's timeline and staging memory")
+    bl.add_argument("--profile", action="store_true", help="GPU time per packer (upload and packing of each node)")
     bl.add_argument("--loads", type=int, default=1,
                     help="load N times in this process (one report each; the first pays the fresh process's page faults)")
     bl.add_argument("--check", choices=("every", "last"), default="every",

@@ -81,8 +81,8 @@ class PrepackRun:
             if dispatches:
                 types = Counter(t for n in dispatches for t in packer_bindings(n.packer))
                 self.dpool = DescriptorPool(dev, len(dispatches), types)
-            if dev.physical.timestamps_supported and count:
-                self.queries = TimestampQueryPool(dev, 2 * count)
+            if dev.physical.timestamps_supported and count:  # each batch's start and end, then one per node
+                self.queries = TimestampQueryPool(dev, 2 * count + len(nodes))
         except BaseException:
             self.close()
             raise
@@ -107,6 +107,10 @@ class PrepackRun:
             node = self.nodes[i]
             src = g.values[node.src]
             dispatches += node.encode(g, cmd, region, self.dpool)
+            if self.queries:
+                slot = 2 * len(self.plan.batches) + i
+                cmd.reset_query_pool(self.queries, slot, 1)
+                cmd.write_timestamp(self.queries, slot, Stage.BOTTOM_OF_PIPE)
             self.read_done(src)
             if self.record_paths:
                 self.report.tensor_paths[src.name] = "packed"
@@ -162,6 +166,16 @@ class PrepackRun:
             for span in r.spans:
                 span.gpu_start_s = ts[2 * span.index] / 1e9 + offset_s
                 span.gpu_end_s = ts[2 * span.index + 1] / 1e9 + offset_s
+            per: dict[str, list] = {}
+            for b, batch in enumerate(self.plan.batches):
+                prev = ts[2 * b]
+                for i in batch:
+                    t = ts[2 * len(self.plan.batches) + i]
+                    acc = per.setdefault(self.nodes[i].packer.name, [0.0, 0])
+                    acc[0] += max(0, t - prev) / 1e9
+                    acc[1] += 1
+                    prev = max(prev, t)
+            r.packer_gpu_s = dict(sorted(per.items(), key=lambda kv: -kv[1][0]))
         self.close()
         return r
 

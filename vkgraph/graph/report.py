@@ -55,6 +55,9 @@ class LoadReport:
     tensor_paths: dict[str, str] = field(default_factory=dict)  # packed | copy | zero-copy (cache) | in-place
     spans: list[CommandBufferSpan] = field(default_factory=list)
     waits: list[tuple[float, float]] = field(default_factory=list)  # CPU blocked on fences
+    #: {packer: [GPU seconds, nodes]} from a timestamp after every node (its upload and packing;
+    #: where a device overlaps nodes, each is charged until its own end), largest first
+    packer_gpu_s: dict[str, list] = field(default_factory=dict)
 
     @property
     def submits(self) -> int:
@@ -93,6 +96,13 @@ class LoadReport:
             overlap=self.overlap,
         )
         return d
+
+    def format_packers(self) -> str:
+        """GPU time per packer as a Markdown table, largest first."""
+        total = sum(sec for sec, _ in self.packer_gpu_s.values()) or 1.0
+        lines = ["| packer | GPU ms | share | nodes |", "|---|---|---|---|"]
+        lines += [f"| {name} | {sec * 1e3:.1f} | {sec / total:.0%} | {n} |" for name, (sec, n) in self.packer_gpu_s.items()]
+        return "\n".join(lines)
 
     def format_table(self, extra: tuple[tuple[str, str], ...] = ()) -> str:
         """The report as aligned ``name  value`` lines, ``extra`` rows (the caller's) last."""

@@ -154,7 +154,7 @@ def bench_json(r: LoadResult, mode: str = "") -> dict[str, Any]:
         "peak_rss_delta_nbytes": r.peak_rss_delta_nbytes, "packing_dispatches": rep.packing_dispatches,
         "overlap": rep.overlap, "output_ok": r.output_ok, "rss_anon_delta_nbytes": r.rss_anon_delta_nbytes,
         "cache_hits": rep.cache_hits, "cache_misses": rep.cache_misses, "zero_copy_tensors": rep.zero_copy_tensors,
-        "cache_save_s": rep.cache_save_s,
+        "cache_save_s": rep.cache_save_s, "packer_gpu_s": rep.packer_gpu_s,
     }
 
 
