@@ -1,7 +1,9 @@
 #version 450
 // Packer "q4_0" / "q4_1" / "q8_0": GGML blocks (raw bytes, N rows of row_bytes) repacked so a
 // GEMV reads whole 32-bit quant words and float scales (layout in quant_blocks.h). One
-// invocation per block.
+// invocation per 4 consecutive blocks: their 4 * BLOCK_BYTES bytes start on a word boundary, so
+// it reads them as BLOCK_BYTES whole words (not byte by byte: on lavapipe every storage-buffer
+// load in a loop is a loop over the SIMD lanes) and cuts the blocks out with shifts.
 #extension GL_GOOGLE_include_directive : require
 #include "quant_blocks.h"
 
@@ -16,28 +18,41 @@ layout(push_constant) uniform Params {
     uint row_bytes;
 };
 
-uint byte_at(uint off) {
-    return (src[off >> 2u] >> ((off & 3u) * 8u)) & 0xFFu;
-}
+#define GROUP_WORDS BLOCK_BYTES  // 4 blocks of BLOCK_BYTES bytes = BLOCK_BYTES words
 
-float half_at(uint off) {
-    return unpackHalf2x16(byte_at(off) | (byte_at(off + 1u) << 8u)).x;
+uint v[GROUP_WORDS + 1u];
+
+// The 4 bytes at byte offset a of the group (any alignment).
+uint word_at(uint a) {
+    uint s = (a & 3u) * 8u;
+    uint lo = v[a >> 2u];
+    return s == 0u ? lo : (lo >> s) | (v[(a >> 2u) + 1u] << (32u - s));
 }
 
 void main() {
     uint blocks = N * nb;
+    uint groups = (blocks + 3u) / 4u;
+    uint last = (N * row_bytes - 1u) / 4u;  // the last source word holding a byte
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-    for (uint blk = gl_GlobalInvocationID.x; blk < blocks; blk += stride) {
-        uint base = (blk / nb) * row_bytes + (blk % nb) * BLOCK_BYTES;
-        uint q = base + QUANT_OFFSET;
-        uint rec = blk * REC;
-        dst[rec] = floatBitsToUint(half_at(base));
+    for (uint grp = gl_GlobalInvocationID.x; grp < groups; grp += stride) {
+        for (uint i = 0u; i < GROUP_WORDS; ++i) {
+            v[i] = src[min(grp * GROUP_WORDS + i, last)];
+        }
+        v[GROUP_WORDS] = 0u;
+        for (uint j = 0u; j < 4u; ++j) {
+            uint blk = grp * 4u + j;
+            if (blk < blocks) {
+                uint base = j * BLOCK_BYTES;
+                uint rec = blk * REC;
+                uint head = word_at(base);  // the f16 scale d (and, for Q4_1, m)
+                dst[rec] = floatBitsToUint(unpackHalf2x16(head).x);
 #if QTYPE == 1
-        dst[rec + 1u] = floatBitsToUint(half_at(base + 2u));
+                dst[rec + 1u] = floatBitsToUint(unpackHalf2x16(head >> 16u).x);
 #endif
-        for (uint i = 0u; i < WORDS; ++i) {
-            uint o = q + 4u * i;
-            dst[rec + SCALES + i] = byte_at(o) | (byte_at(o + 1u) << 8u) | (byte_at(o + 2u) << 16u) | (byte_at(o + 3u) << 24u);
+                for (uint i = 0u; i < WORDS; ++i) {
+                    dst[rec + SCALES + i] = word_at(base + QUANT_OFFSET + 4u * i);
+                }
+            }
         }
     }
 }
