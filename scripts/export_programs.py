@@ -289,6 +289,20 @@ class QConv(nn.Module):
         return self.up(self.pw(self.dw(F.relu(self.c1(x)))))
 
 
+class Resample(nn.Module):
+    """Bilinear upsampling: by a scale factor (then a per-channel gain), to a size with corners
+    aligned, to a size that is no whole multiple."""
+
+    def __init__(self):
+        super().__init__()
+        self.gain = nn.Parameter(torch.rand(3, 1, 1) + 0.5)
+
+    def forward(self, x):
+        return (F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False) * self.gain,
+                F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=True),
+                F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=False))
+
+
 def _pt2e(model: nn.Module, inputs: tuple, scheme: str) -> nn.Module:
     """PT2E quantization (prepare, calibrate on ``inputs``, convert) and what VulkanPartitioner
     lowers each scheme to:
@@ -342,6 +356,7 @@ def programs(gen: torch.Generator):
             ("qcs4w_mlp", "vk_w4", rand(4, 64)), ("int8pack_mlp", "vk_w8", rand(4, 64)),
             ("pc8_mlp", "vk_dyn8", rand(4, 64)), ("q8ta_mlp", "xnn_static", rand(4, 64)))},
         **{"qconv": (_pt2e(QConv(), (x,), "xnn_static"), (x,)) for x in (rand(1, 4, 8, 8),)},
+        "resample": (Resample(), (rand(1, 3, 4, 6),)),
     }
 
 

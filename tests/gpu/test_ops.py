@@ -484,6 +484,33 @@ def test_conv_transpose2d(device, compiler, cin, cout, k, stride, pad, dil, grou
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 
+def bilinear_reference(x, ho, wo, align, scales=None):
+    n, c, h, w = x.shape
+
+    def coords(o, size_in, size_out, scale):
+        if align:
+            src = o * ((size_in - 1) / (size_out - 1) if size_out > 1 else 0.0)
+        else:
+            src = np.maximum((o + 0.5) * (1.0 / scale if scale else size_in / size_out) - 0.5, 0.0)
+        i0 = np.minimum(np.floor(src).astype(int), size_in - 1)
+        return i0, np.minimum(i0 + 1, size_in - 1), src - i0
+
+    y0, y1, ly = coords(np.arange(ho), h, ho, scales and scales[0])
+    x0, x1, lx = coords(np.arange(wo), w, wo, scales and scales[1])
+    top = x[:, :, y0][:, :, :, x0] * (1 - lx) + x[:, :, y0][:, :, :, x1] * lx
+    bottom = x[:, :, y1][:, :, :, x0] * (1 - lx) + x[:, :, y1][:, :, :, x1] * lx
+    return top * (1 - ly[:, None]) + bottom * ly[:, None]
+
+
+@pytest.mark.parametrize("ho,wo,align,scales", [(8, 12, False, (2.0, 2.0)), (5, 7, True, None), (7, 9, False, None),
+                                                (3, 2, False, None), (1, 1, True, None)])
+def test_upsample_bilinear(device, compiler, ho, wo, align, scales):
+    x = rng_for(2, 3, 4, 6).standard_normal((2, 3, 4, 6)).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.upsample_bilinear(g, r["x"], (ho, wo), align_corners=align,
+                                                                      scales=scales), {"x": x})
+    np.testing.assert_allclose(out, bilinear_reference(x, ho, wo, align, scales), rtol=1e-5, atol=1e-5)
+
+
 def test_fill_and_negative_strides(device, compiler):
     x = rng_for(3, 7).standard_normal((3, 7)).astype(np.float32)
 

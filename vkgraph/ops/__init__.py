@@ -462,6 +462,25 @@ def conv_transpose2d(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: Value
     return out
 
 
+def upsample_bilinear(g: ComputeGraph, x: ValueRef, out_hw: tuple[int, int], *, align_corners: bool,
+                      scales: tuple[float, float] | None = None) -> ValueRef:
+    """Bilinear resize of NCHW ``x`` to ``out_hw`` as torch's upsample_bilinear2d; ``scales`` are
+    the caller's scale factors (the source step is their inverse), else in/out sizes."""
+    x, xt = _buffer(g, x, "upsample input")
+    if len(xt.shape) != 4:
+        raise ValueError(f"upsample_bilinear: input {xt.shape} must be NCHW")
+    n, c, h, w = xt.shape
+    ho, wo = out_hw
+    if align_corners:
+        step = ((h - 1) / (ho - 1) if ho > 1 else 0.0, (w - 1) / (wo - 1) if wo > 1 else 0.0)
+    else:
+        step = (1.0 / scales[0], 1.0 / scales[1]) if scales else (h / ho, w / wo)
+    out = g.add_tensor((n, c, ho, wo), np.float32)
+    g.add_dispatch(DispatchNode("upsample_bilinear", [out, x], struct.pack("<5I2f", n * c, h, w, ho, wo, *step),
+                                {0: LOCAL_SIZE}, _groups(g, n * c * ho * wo), {"ALIGN_CORNERS": int(align_corners)}))
+    return out
+
+
 def to_texture(g: ComputeGraph, x: ValueRef, layout: str = "") -> ValueRef:
     """``x`` in texture storage (channels- or width-packed; default: the config's
     ``graph.memory_layout``, else channels-packed)."""
@@ -691,5 +710,5 @@ def linear_qw(g: ComputeGraph, x: ValueRef, weight: ValueRef, scales: ValueRef, 
 __all__ = [
     "add", "binary", "cast", "contiguous_strides", "conv2d", "conv_transpose2d", "embedding", "fill", "gelu", "kv_write", "l2_normalize",
     "layer_norm", "linear", "linear_qw", "matmul", "mean_pool", "mul", "permute", "pool2d", "reduce", "relu", "rms_norm",
-    "rope", "rotary", "sdpa", "silu", "softmax", "strided_copy", "sub", "to_buffer", "to_texture", "unary", "where",
+    "rope", "rotary", "sdpa", "silu", "softmax", "strided_copy", "sub", "to_buffer", "to_texture", "unary", "upsample_bilinear", "where",
 ]

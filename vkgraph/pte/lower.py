@@ -938,6 +938,12 @@ def _upsample_nearest(L: Lowering, x: int, size: int, scales: int, out: int) -> 
     _copy_into(L, out, L.t(x), (n, c, h, ry, w, rx), (c * h * w, h * w, w, 0, 1, 0))
 
 
+def _upsample_bilinear(L: Lowering, x: int, size: int, align: int, scales: int, out: int) -> None:
+    sc = L.arg(scales)
+    L.set(out, ops.upsample_bilinear(L.g, L.t(x), L.dims(out)[-2:], align_corners=bool(L.arg(align)),
+                                     scales=(float(sc[0]), float(sc[-1])) if sc else None))
+
+
 def _pixel_shuffle(L: Lowering, x: int, factor: int, out: int) -> None:
     n, crr, h, w = L.dims(x)
     r = int(L.arg(factor))
@@ -1032,6 +1038,7 @@ OPS: dict[str, Callable[..., None]] = {
     "aten.embedding.default": _embedding, "aten.split_with_sizes_copy.default": _split, "aten.t_copy.default": _t,
     "aten.flip.default": _flip, "aten.index_select.default": _index_select,
     "aten.constant_pad_nd.default": _constant_pad, "aten.upsample_nearest2d.vec": _upsample_nearest,
+    "aten.upsample_bilinear2d.vec": _upsample_bilinear,
     "aten.pixel_shuffle.default": _pixel_shuffle,
     "et_vk.select_as_symint.default": _select_as_symint, "sdpa_with_kv_cache.default": _sdpa_with_kv_cache,
 }
