@@ -99,18 +99,19 @@ class PrepackRun:
         cpu0 = time.perf_counter()
         (cmd,) = self.pool.allocate()
         cmd.begin(one_time=True)
+        batch = self.plan.batches[b]  # a range of node indices
         if self.queries:
             cmd.reset_query_pool(self.queries, 2 * b, 2)
+            if len(batch):  # the slots of its nodes' timestamps
+                cmd.reset_query_pool(self.queries, 2 * len(self.plan.batches) + batch[0], len(batch))
             cmd.write_timestamp(self.queries, 2 * b, Stage.TOP_OF_PIPE)
         dispatches = 0
-        for i in self.plan.batches[b]:
+        for i in batch:
             node = self.nodes[i]
             src = g.values[node.src]
             dispatches += node.encode(g, cmd, region, self.dpool)
             if self.queries:
-                slot = 2 * len(self.plan.batches) + i
-                cmd.reset_query_pool(self.queries, slot, 1)
-                cmd.write_timestamp(self.queries, slot, Stage.BOTTOM_OF_PIPE)
+                cmd.write_timestamp(self.queries, 2 * len(self.plan.batches) + i, Stage.BOTTOM_OF_PIPE)
             self.read_done(src)
             if self.record_paths:
                 self.report.tensor_paths[src.name] = "packed"
@@ -123,7 +124,7 @@ class PrepackRun:
         self.cmds[b], self.regions[b] = cmd, region
         self.report.packing_dispatches += dispatches
         self.report.spans.append(CommandBufferSpan(
-            b, len(self.plan.batches[b]), sum(self.nodes[i].staging_nbytes(g) for i in self.plan.batches[b]),
+            b, len(batch), sum(self.nodes[i].staging_nbytes(g) for i in batch),
             dispatches, cpu0 - self.t0, 0.0))
 
     def submit(self, b: int) -> None:

@@ -268,12 +268,11 @@ class QuantWeight:
         return ((q.astype(np.float32) - (z[:, g] if self.zeros is not None else 0.0)) * s[:, g]).astype(np.float32)
 
 
-def _linear_quant(L: Lowering, x: int | ValueRef, qw: QuantWeight, b: int | None, out: int | None) -> ValueRef:
-    """``x @ dequantized(qw).T (+ b)`` with the weight kept quantized on the device; ``x`` a value
-    index, or (with ``out`` None) a device tensor whose last dim is K, returned not set."""
-    xr = L.t(x) if out is not None else x
-    dims = L.dims(x) if out is not None else L.g.values[x].shape
-    flat = L.g.add_view(xr, (int(np.prod(dims[:-1])), dims[-1]))
+def _linear_quant(L: Lowering, x: ValueRef, qw: QuantWeight, b: int | None) -> ValueRef:
+    """``x @ dequantized(qw).T (+ b)`` for device tensor ``x`` (last dim K), the weight kept
+    quantized on the device; the result has x's leading dims."""
+    dims = L.g.values[x].shape
+    flat = L.g.add_view(x, (int(np.prod(dims[:-1])), dims[-1]))
     n = L.dims(qw.q)[0]
     scales = L.const(qw.scales)
     if qw.scales_gn and scales.ndim == 2 and scales.shape[1] != n:  # ET-VK pads the N of [groups, N] to 4
@@ -284,14 +283,11 @@ def _linear_quant(L: Lowering, x: int | ValueRef, qw: QuantWeight, b: int | None
     bias = None if b is None or L.vk(b).kind == "null" else L.vector(b, n, "bias")
     y = ops.linear_qw(L.g, flat, L.weight(qw.q), scales, bits=qw.bits, group_size=qw.group,
                       scales_gn=qw.scales_gn, zero_points=zeros, bias=bias, high_first=qw.high_first)
-    if out is not None:
-        L.set(out, y)
-        return y
     return L.g.add_view(y, (*dims[:-1], n))
 
 
 def _linear_q4gsw(L: Lowering, x: int, w: int, scales: int, group: int, bias: int, out: int) -> None:
-    _linear_quant(L, x, QuantWeight(w, scales, None, int(L.arg(group)), 4, True), bias, out)
+    L.set(out, _linear_quant(L, L.t(x), QuantWeight(w, scales, None, int(L.arg(group)), 4, True), bias))
 
 
 def _linear_dq8ca_q4gsw(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, w_sums: int, scales: int, group: int,
@@ -305,8 +301,8 @@ def _per_channel(L: Lowering, x: int, w: int, scales: int, bias: int | None, out
     """x @ w.T with w quantized per output channel (one group of all K): int8 ``[N, K]`` or
     4-bit pairs ``[N, K/2]`` (ET-VK's qcs4w: even k in the high nibble)."""
     k = L.dims(x)[-1]
-    _linear_quant(L, x, QuantWeight(L.same.get(w, w), L.same.get(scales, scales), None, k, bits, False, bits == 4),
-                  bias, out)
+    qw = QuantWeight(L.same.get(w, w), L.same.get(scales, scales), None, k, bits, False, bits == 4)
+    L.set(out, _linear_quant(L, L.t(x), qw, bias))
 
 
 def _weight_int8pack_mm(L: Lowering, x: int, w: int, scales: int, out: int) -> None:
@@ -369,7 +365,7 @@ def _linear_q8ta_q8csw(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, w
     s, z = _qparam(L, x_scale, "input scale"), _qparam(L, x_zero, "input zero point")
     xq = _dequantize(L, _quantize(L, L.t(x), s, z), s, z)
     qw = QuantWeight(L.same.get(w, w), L.same.get(w_scales, w_scales), None, L.dims(w)[1], 8, False)
-    L.set(out, _linear_quant(L, xq, qw, bias, None))
+    L.set(out, _linear_quant(L, xq, qw, bias))
 
 
 def _q8ta_linear(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, w_sums: int, w_scales: int, o_scale: int,
@@ -378,12 +374,12 @@ def _q8ta_linear(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, w_sums:
     input, int8 per-channel weights, bias, optional relu, quantize the output."""
     s, z = _qparam(L, x_scale, "input scale"), _qparam(L, x_zero, "input zero point")
     qw = QuantWeight(L.same.get(w, w), L.same.get(w_scales, w_scales), None, L.dims(w)[1], 8, False)
-    _q8ta_output(L, _linear_quant(L, _dequantize(L, L.t(x), s, z), qw, bias, None), activation, o_scale, o_zero, out)
+    _q8ta_output(L, _linear_quant(L, _dequantize(L, L.t(x), s, z), qw, bias), L.arg(activation), o_scale, o_zero,
+                 out)
 
 
-def _q8ta_output(L: Lowering, y: ValueRef, activation: int, o_scale: int, o_zero: int, out: int) -> None:
+def _q8ta_output(L: Lowering, y: ValueRef, act: str | None, o_scale: int, o_zero: int, out: int) -> None:
     """The end of a q8ta op: its activation ("none" or "relu"), then the output quantized."""
-    act = L.arg(activation)
     if act not in ("none", "relu", None):
         raise L.error(f"activation {act!r} is not supported")
     if act == "relu":
@@ -395,13 +391,12 @@ def _q8ta_add(L: Lowering, a: int, b: int, a_scale: int, a_zero: int, b_scale: i
               o_zero: int, alpha: int, out: int) -> None:
     da = _dequantize(L, L.t(a), _qparam(L, a_scale, "scale"), _qparam(L, a_zero, "zero point"))
     db = _dequantize(L, L.t(b), _qparam(L, b_scale, "scale"), _qparam(L, b_zero, "zero point"))
-    y = ops.binary(L.g, da, db, "add", float(L.arg(alpha)))
-    L.set(out, _quantize(L, y, _qparam(L, o_scale, "output scale"), _qparam(L, o_zero, "output zero point")))
+    _q8ta_output(L, ops.binary(L.g, da, db, "add", float(L.arg(alpha))), None, o_scale, o_zero, out)
 
 
 def _q8ta_relu(L: Lowering, x: int, x_scale: int, x_zero: int, o_scale: int, o_zero: int, out: int) -> None:
-    y = ops.unary(L.g, _dequantize(L, L.t(x), _qparam(L, x_scale, "scale"), _qparam(L, x_zero, "zero point")), "relu")
-    L.set(out, _quantize(L, y, _qparam(L, o_scale, "output scale"), _qparam(L, o_zero, "output zero point")))
+    y = _dequantize(L, L.t(x), _qparam(L, x_scale, "scale"), _qparam(L, x_zero, "zero point"))
+    _q8ta_output(L, y, "relu", o_scale, o_zero, out)
 
 
 def _q8ta_conv(kind: str) -> Callable:
@@ -440,7 +435,7 @@ def _q8ta_conv(kind: str) -> Callable:
             y = ops.conv_transpose2d(L.g, xd, wref, b, L.dims(out)[-2:], stride=st, padding=pd, dilation=dl, groups=grp)
         else:
             y = ops.to_buffer(L.g, ops.conv2d(L.g, xd, wref, b, stride=st, padding=pd, dilation=dl, groups=grp))
-        _q8ta_output(L, y, act, o_scale, o_zero, out)
+        _q8ta_output(L, y, L.arg(act), o_scale, o_zero, out)
     return build
 
 
@@ -581,7 +576,8 @@ def _rms_norm(L: Lowering, x: int, w: int, eps: int, out: int) -> None:
 
 def _linear(L: Lowering, x: int, w: int, b: int, out: int) -> None:
     if L.same.get(w, w) in L.qweights:
-        return _linear_quant(L, x, L.qweights[L.same.get(w, w)], b, out)
+        L.set(out, _linear_quant(L, L.t(x), L.qweights[L.same.get(w, w)], b))
+        return
     dims = L.dims(x)
     k = dims[-1]
     flat = L.g.add_view(L.t(x), (int(np.prod(dims[:-1])), k))
@@ -692,11 +688,12 @@ def _arg_reduce(op: str) -> Callable:
 def _batch_norm(L: Lowering, x: int, w: int, b: int, mean: int, var: int, momentum: int, eps: int, out: int) -> None:
     """Inference batch norm: one scale and shift per channel (dim 1), computed on the CPU."""
     c = L.dims(x)[1]
-    stats = [None if L.vk(i).kind == "null" else L.const(i) for i in (w, b, mean, var)]
-    if any(a is None for a, i in zip(stats, (w, b, mean, var)) if L.vk(i).kind != "null") or stats[2] is None or \
-            stats[3] is None:
+    ids = (w, b, mean, var)
+    absent = [k < 2 and L.vk(i).kind == "null" for k, i in enumerate(ids)]  # weight and bias may be; statistics not
+    arrays = [None if gone else L.const(i) for gone, i in zip(absent, ids)]
+    if any(a is None and not gone for a, gone in zip(arrays, absent)):
         raise L.error("batch norm needs constant running statistics, weight and bias")
-    wt, bs, mu, vr = (np.asarray(a, np.float64).reshape(-1) if a is not None else None for a in stats)
+    wt, bs, mu, vr = (None if a is None else np.asarray(a, np.float64).reshape(-1) for a in arrays)
     scale = (1.0 if wt is None else wt) / np.sqrt(vr + float(L.arg(eps)))
     shift = (0.0 if bs is None else bs) - mu * scale
     tail = (1,) * (len(L.dims(x)) - 2)
@@ -723,16 +720,14 @@ def _group_norm(L: Lowering, x: int, w: int, b: int, n: int, c: int, hw: int, gr
 def _rotary(hf: bool) -> Callable:
     def build(L: Lowering, xq: int, xk: int, cos: int, sin: int, *rest: int) -> None:
         outs = L.arg(rest[-1])
-        step = None
-        if hf:
-            pos = rest[0]
-            if pos in L.symints:
-                step = L.symints[pos]
-            else:
-                start = int(L.arg(pos))
-                step = L.g.prepack_tensor(L.g.add_tensorref(np.array([start], np.int32), f"{L.label}.start{L.node.node_id}"))
+        pos = rest[0] if hf else None  # the HF op's start position: a SymInt read on the device, or a number
+        if pos in L.symints:
+            step = L.symints[pos]
         else:
-            step = L.g.prepack_tensor(L.g.add_tensorref(np.zeros(1, np.int32), f"{L.label}.start{L.node.node_id}"))
+            start = int(L.arg(pos)) if hf else 0
+            key = f"{L.label}.start{start}"
+            ref = L.g.names.get(key)
+            step = L.g.prepack_tensor(ref if ref is not None else L.g.add_tensorref(np.array([start], np.int32), key))
         cd = L.dims(cos)
         per_head = not hf and len(cd) == 3
         cr = L.g.add_view(L.t(cos), (int(np.prod(cd[:-1])), cd[-1]))
