@@ -1,6 +1,6 @@
 """Quantized GEMV (the decode step's linears) on the default renderer: GPU time of SmolLM2's
 decode shapes per GGML format, with the CPU-renderer layout (rows per invocation, weights as texel
-buffers: vkgraph.ops.CPU_GEMV) and without it, next to numpy's GEMV of the same weights in float32;
+buffers: vkgraph.ops.CPU_KERNELS) and without it, next to numpy's GEMV of the same weights in float32;
 then SmolLM2's decode speed with each. Same process, same machine.
 
     python benchmarks/gemv.py [--formats q4_0 q4_1 q8_0] [--no-decode]
@@ -65,7 +65,7 @@ def main() -> int:
     for fmt in args.formats:
         nbytes = sum(n * k // 32 * BLOCK[fmt] for n, k in SHAPES)
         for cpu in (False, True):
-            ops.CPU_GEMV = cpu
+            ops.CPU_KERNELS = cpu
             ms, np_ms, err = gemv_ms(fmt)
             print(f"| {fmt} | {'rows + texel' if cpu else 'row per invocation'} | {ms:.2f} | {nbytes / ms / 1e6:.2f} | "
                   f"{np_ms:.2f} | {np_ms / ms:.2f}x | {err:.1e} |")
@@ -76,9 +76,9 @@ def main() -> int:
         print("| layout | decode tok/s | prefill tok/s | GPU ms per token | of which linear_quant |")
         print("|---|---|---|---|---|")
         for cpu in (False, True):
-            ops.CPU_GEMV = cpu
-            r = decode_bench("smollm2", 8, 16)
-            prof = decode_bench("smollm2", 8, 4, profile=True).profile  # timestamps after every dispatch
+            ops.CPU_KERNELS = cpu
+            r = decode_bench("smollm2", 8, 16, prefill_chunk=0)
+            prof = decode_bench("smollm2", 8, 4, profile=True, prefill_chunk=0).profile  # timestamps after every dispatch
             gpu_ms = sum(sec for sec, _ in prof.values()) * 1e3
             lin_ms = prof.get("linear_quant", (0.0, 0))[0] * 1e3
             print(f"| {'rows + texel' if cpu else 'row per invocation'} | {r.decode_tok_s:.2f} | {r.prefill_tok_s:.2f} | "

@@ -27,17 +27,7 @@ layout(set = 0, binding = 4) readonly buffer Mask { float key_mask[]; };
 layout(set = 0, binding = 5) readonly buffer Step { uint step[]; };
 #endif
 
-layout(push_constant) uniform Params {
-    uint B;
-    uint T;
-    uint S;
-    uint H;
-    uint Hkv;
-    uint Dh;
-    uint causal;
-    uint q_pos0;
-    float scale;
-};
+#include "sdpa_params.h"
 
 shared float scores[MAX_KEYS];
 void main() {

@@ -48,6 +48,19 @@ def test_binary(device, compiler, shape, op, fn, row_broadcast):
     np.testing.assert_allclose(out, fn(a, b), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("n", [1, 6, 4096])  # one float, a multiple of 4 minus the vec4 path, vec4s
+@pytest.mark.parametrize("op,fn", [("add", np.add), ("div", np.divide), ("minimum", np.minimum),
+                                   ("silu_mul", lambda a, b: a / (1 + np.exp(-a)) * b), ("gt", np.greater)])
+def test_binary_same_shape(device, compiler, n, op, fn):
+    """Operands of one shape take the flat path (vec4 per invocation where n allows and the op
+    has a vec4 form)."""
+    rng = rng_for(n, len(op))
+    a = (rng.standard_normal((2, n)) * 3).astype(np.float32)
+    b = (rng.standard_normal((2, n)) + 0.5).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.binary(g, r["a"], r["b"], op), {"a": a, "b": b})
+    np.testing.assert_allclose(out, fn(a, b).astype(np.float32), rtol=1e-5, atol=1e-6)
+
+
 def test_binary_with_constant_operand(device, compiler):
     rng = rng_for(4, 9)
     a = rng.standard_normal((4, 9)).astype(np.float32)
@@ -186,7 +199,11 @@ def sdpa_reference(q, k, v, batch, heads, kv_heads, mask, causal, q_pos0):
     [(1, 5, 5, 1, 1, 8, False, 0, 0), (2, 7, 7, 12, 12, 32, False, 0, 3), (1, 9, 9, 9, 3, 64, True, 0, 0),
      (1, 1, 13, 9, 3, 64, True, 12, 0), (1, 4, 10, 4, 2, 16, True, 6, 0), (3, 3, 70, 2, 1, 5, False, 0, 1)],
 )
-def test_sdpa(device, compiler, batch, t, s, heads, kv_heads, dh, causal, q_pos0, pad):
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-kernels", "gpu-kernels"])
+def test_sdpa(device, compiler, monkeypatch, batch, t, s, heads, kv_heads, dh, causal, q_pos0, pad, cpu_kernels):
+    """Both attention kernels (on CPU renderers: a query row per invocation, one pass; on GPUs a
+    workgroup per row) against numpy."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     rng = rng_for(batch, t, s, heads, kv_heads, dh, q_pos0)
     q = rng.standard_normal((batch * t, heads * dh)).astype(np.float32)
     k = rng.standard_normal((batch * s, kv_heads * dh)).astype(np.float32)
@@ -238,9 +255,11 @@ def test_rope(device, compiler, neox, t, heads, dh, pos0):
     np.testing.assert_allclose(out, rope_reference(x, pos0, heads, 1e5, neox), rtol=1e-5, atol=1e-5)
 
 
-def test_kv_cache_attention_over_steps(device, compiler):
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-kernels", "gpu-kernels"])
+def test_kv_cache_attention_over_steps(device, compiler, monkeypatch, cpu_kernels):
     """Write one token's k/v per execute into a cache and attend causally with the position in
     a step buffer: the same recorded command buffers serve every step."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     rows, heads, kv_heads, dh = 16, 4, 2, 8
     rng = rng_for(rows, heads)
     qs = rng.standard_normal((6, heads * dh)).astype(np.float32)
@@ -261,6 +280,40 @@ def test_kv_cache_attention_over_steps(device, compiler):
             expect = sdpa_reference(qs[pos:pos + 1], ks[:pos + 1], vs[:pos + 1], 1, heads, kv_heads,
                                     np.ones(pos + 1, np.float32), False, 0)
             np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-5)
+
+
+def test_entry_points_run_their_own_dispatches_on_shared_tensors(device, compiler):
+    """Two entry points of one graph (as a decoder's step and its batched prompt): each runs only
+    its own dispatches on its own inputs and returns its own outputs; a tensor one writes (a
+    cache) the other reads; the profile covers the entry that ran last."""
+    rows = rng_for(8, 4, 2).standard_normal((8, 4)).astype(np.float32)
+    b = rng_for(4, 8, 2).standard_normal((8, 4)).astype(np.float32)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        cache = g.add_tensor((8, 4), np.float32, "cache")
+        a = g.add_input((1, 4), np.float32, "a")
+        step = g.add_input((2,), np.uint32, "step")
+        ops.kv_write(g, cache, a, step)
+        g.set_output(ops.mul(g, a, a), "square")
+        with g.entry("read"):
+            g.set_output(ops.add(g, g.add_input((8, 4), np.float32, "b"), cache), "sum")
+        assert g.entries == ["", "read"]
+        g.run_prepack()
+        g.encode_execute(profile=True)
+        for pos in range(8):
+            out = g.execute({"a": rows[pos:pos + 1], "step": np.array([pos, 0], np.uint32)})
+            assert set(out) == {"square"}
+            np.testing.assert_array_equal(out["square"], rows[pos:pos + 1] ** 2)
+        assert {k: n for k, (_, n) in g.execute_profile().items()} == {"kv_write": 1, "binary": 1}
+        out = g.execute({"b": b}, entry="read")
+        assert set(out) == {"sum"}
+        np.testing.assert_array_equal(out["sum"], b + rows)
+        assert {k: n for k, (_, n) in g.execute_profile().items()} == {"binary": 1}
+        with pytest.raises(KeyError, match="missing graph inputs: a, step"):
+            g.execute({"b": b})
+        with pytest.raises(KeyError, match="inputs b belong to another entry point"):
+            g.execute({"a": rows[:1], "step": np.zeros(2, np.uint32), "b": b})
+        with pytest.raises(KeyError, match="no entry point named 'prefill'"):
+            g.execute({}, entry="prefill")
 
 
 @pytest.mark.parametrize("m,d", [(1, 1), (3, 7), (2, 1000)])

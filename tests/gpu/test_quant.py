@@ -32,14 +32,14 @@ def ref_packed(fmt, raw):
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
-@pytest.mark.parametrize("n,k", [(1, 32), (5, 64), (33, 96), (64, 576)])
-@pytest.mark.parametrize("cpu_gemv", [True, False], ids=["cpu-layout", "gpu-layout"])
-def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, cpu_gemv):
-    """Both layouts of the quantized linear (on CPU renderers: rows per invocation and texel
-    buffers; on GPUs: a row per invocation) against gguf's dequantizer."""
-    monkeypatch.setattr(ops, "CPU_GEMV", cpu_gemv)
+@pytest.mark.parametrize("n,k,m", [(1, 32, 1), (5, 64, 3), (33, 96, 19), (64, 576, 9)])
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
+def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, m, cpu_kernels):
+    """Both layouts of the quantized linear (on CPU renderers: tiles of rows x tokens per
+    invocation and texel buffers; on GPUs: a row per invocation) against gguf's dequantizer,
+    for one token (decode), fewer than a tile's tokens, and several tiles with a partial one."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     raw, deq = quantized(fmt, n, k, n * k)
-    m = 3
     x = np.random.default_rng(k).standard_normal((m, k)).astype(np.float32)
     ids = np.array([0, n - 1, n // 2, -1, n], np.int32)
     with ComputeGraph(device=device, compiler=compiler) as g:
@@ -55,6 +55,28 @@ def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, cpu
     np.testing.assert_allclose(out["y"], x.astype(np.float64) @ deq.T.astype(np.float64), rtol=1e-4, atol=1e-4)
     valid = (ids >= 0) & (ids < n)
     np.testing.assert_array_equal(out["e"], np.where(valid[:, None], deq[np.clip(ids, 0, n - 1)], 0))
+
+
+@pytest.mark.parametrize("m", [1, 11])
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
+def test_linear_with_residual(device, compiler, monkeypatch, m, cpu_kernels):
+    """A skip connection added in the quantized linear's dispatch; fp32 weights add it after."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
+    raw, deq = quantized("q4_1", 40, 64, 7)
+    dense = np.random.default_rng(8).standard_normal((40, 64)).astype(np.float32)
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((m, 64)).astype(np.float32)
+    res = rng.standard_normal((m, 40)).astype(np.float32)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        xin, rin = g.add_input(x.shape, np.float32, "x"), g.add_input(res.shape, np.float32, "r")
+        g.set_output(ops.linear(g, xin, g.add_tensorref(raw, "wq", quant="q4_1"), residual=rin), "yq")
+        g.set_output(ops.linear(g, xin, g.add_tensorref(dense, "wf"), residual=rin), "yf")
+        with pytest.raises(ValueError, match=rf"residual \({m}, 39\) is not the output's \({m}, 40\)"):
+            ops.linear(g, xin, g.add_tensorref(raw, "wq2", quant="q4_1"), residual=g.add_tensor((m, 39), np.float32))
+        g.run_prepack()
+        out = g.execute({"x": x, "r": res})
+    np.testing.assert_allclose(out["yq"], res + x.astype(np.float64) @ deq.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out["yf"], res + x.astype(np.float64) @ dense.T, rtol=1e-4, atol=1e-4)
 
 
 def test_quant_mismatch_is_named(device, compiler):

@@ -30,6 +30,20 @@ def test_run_json_plain_prompt(device, smollm2_path, smollm2_golden, capsys):
     assert out["device"] == out["load"]["device"] == device.name
 
 
+def test_batched_prefill_matches_token_by_token(device, smollm2_path):
+    """The prefill entry point (two batches of 8, the second padded) gives the logits of feeding
+    the prompt token by token, and leaves the caches so that decoding goes on the same."""
+    with LlamaSession(smollm2_path, device=device, max_context=32, prefill=8) as s:
+        ids = s.tokenizer.encode("The capital of France is Paris, and the capital of Italy is Rome.")[:13]
+        assert len(ids) == 13
+        batched = s.prefill(ids)
+        after_batched = s.step(int(np.argmax(batched)), len(ids))
+        stepped = [s.step(tok, pos) for pos, tok in enumerate(ids)][-1]
+        after_stepped = s.step(int(np.argmax(stepped)), len(ids))
+    np.testing.assert_allclose(batched, stepped, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(after_batched, after_stepped, rtol=1e-4, atol=1e-4)
+
+
 def test_context_overflow_is_clear(device, smollm2_path):
     with LlamaSession(smollm2_path, device=device, max_context=8) as s:
         with pytest.raises(ValueError, match="exceed the 8-token context"):
@@ -37,12 +51,15 @@ def test_context_overflow_is_clear(device, smollm2_path):
 
 
 def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, capsys):
-    assert cli.main(["bench", "decode", "--prompt-tokens", "3", "--new-tokens", "2", "--profile", "--json"]) == 0
+    assert cli.main(["bench", "decode", "--prompt-tokens", "5", "--new-tokens", "2", "--profile", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["prompt_tokens"] == 3 and r["new_tokens"] == 2 and r["device"] == device.name
+    assert r["prompt_tokens"] == 5 and r["new_tokens"] == 2 and r["device"] == device.name
     assert r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and r["time_to_first_token_s"] > 0
     # every dispatch of a decode step is in the profile, under its op kind
-    assert sum(n for _, n in r["profile"].values()) == r["dispatches_per_token"] == 543
+    # per layer: 2 RMSNorms, 7 linears (the residual adds fused in), 2 RoPEs, 2 cache writes,
+    # attention, silu(gate) * up; then the embedding, the final norm and the output head
+    assert sum(n for _, n in r["profile"].values()) == r["dispatches_per_token"] == 30 * 15 + 3
+    assert r["prefill_chunk"] == 32 and r["prefill_profile"]["linear_quant"][1] == 211  # the prompt's one batch
     assert r["profile"]["linear_quant"][1] == 211 and all(sec > 0 for sec, _ in r["profile"].values())
     times = [sec for sec, _ in r["profile"].values()]
     assert times == sorted(times, reverse=True)  # top ops first

@@ -51,26 +51,35 @@ def cmd_bench_load(args: argparse.Namespace) -> int:
     return 0 if r.output_ok else 1
 
 
+def _print_profile(title: str, per: str, profile: dict[str, tuple[float, int]]) -> None:
+    total = sum(sec for sec, _ in profile.values())
+    print(f"\n{title}: {total * 1000:.1f} ms\n")
+    print(f"| op kind | ms / {per} | share | dispatches / {per} |")
+    print("|---|---|---|---|")
+    for kind, (sec, n) in profile.items():
+        print(f"| {kind} | {sec * 1000:.2f} | {sec / total:.0%} | {n} |")
+
+
 def cmd_bench_decode(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ..tools.bench import decode_bench
 
-    r = decode_bench(args.model, args.prompt_tokens, args.new_tokens, args.config, profile=args.profile)
+    r = decode_bench(args.model, args.prompt_tokens, args.new_tokens, args.config, profile=args.profile,
+                     prefill_chunk=args.prefill_chunk)
     if args.json:
         print(json.dumps(asdict(r)))
         return 0
     print(f"{r.model} on {r.device}: {r.prompt_tokens}-token prompt, {r.new_tokens} new tokens, "
           f"{r.dispatches_per_token} dispatches per token")
-    print(f"prefill {r.prefill_tok_s:.2f} tok/s (fed token by token)  time to first token {r.time_to_first_token_s:.3f} s"
-          f"  decode {r.decode_tok_s:.2f} tok/s")
+    how = f"in batches of {r.prefill_chunk}" if r.prefill_chunk else "fed token by token"
+    print(f"prefill {r.prefill_tok_s:.2f} tok/s ({how})  time to first token {r.time_to_first_token_s:.3f} s"
+          f"  decode {r.decode_tok_s:.2f} tok/s  (prefill {r.prefill_tok_s / r.decode_tok_s:.1f}x decode)")
+    if r.prefill_profile and r.prefill_chunk:
+        _print_profile(f"GPU time of the prompt's last batch ({r.prefill_chunk} tokens), by op kind", "batch",
+                       r.prefill_profile)
     if r.profile:
-        total = sum(sec for sec, _ in r.profile.values())
-        print(f"\nGPU time per decoded token, by op kind (timestamps after every dispatch): {total * 1000:.1f} ms\n")
-        print("| op kind | ms / token | share | dispatches / token |")
-        print("|---|---|---|---|")
-        for kind, (sec, n) in r.profile.items():
-            print(f"| {kind} | {sec * 1000:.2f} | {sec / total:.0%} | {n} |")
+        _print_profile("GPU time per decoded token, by op kind (timestamps after every dispatch)", "token", r.profile)
     return 0
 
 
@@ -97,6 +106,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bd.add_argument("--model", default="smollm2", help="smollm2 or a llama .gguf file (default smollm2)")
     bd.add_argument("--prompt-tokens", type=int, default=16, help="prompt length (the sample prompt repeated)")
     bd.add_argument("--new-tokens", type=int, default=16, help="tokens to decode")
+    bd.add_argument("--prefill-chunk", type=int, default=None,
+                    help="prompt tokens per batched execute (default 32; 0: token by token)")
     bd.add_argument("--config", help="TOML config (default configs/default.toml)")
     bd.add_argument("--profile", action="store_true", help="GPU time per op kind of each decode step")
     bd.add_argument("--json", action="store_true")

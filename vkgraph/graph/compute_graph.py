@@ -3,9 +3,10 @@ pipelines, memory, prepack and execute are delegated (ARCHITECTURE.md §2, §3).
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -69,6 +70,7 @@ class ComputeGraph:
         self.execute_nodes: list[DispatchNode] = []
         self.inputs: dict[str, IOStaging] = {}
         self.outputs: dict[str, IOStaging] = {}
+        self._entry = ""  # the entry point inputs, outputs and dispatches are added to (entry())
         self.failed: str | None = None  # why an earlier prepack or execute failed; the graph is unusable
         #: Longest wait for one fence; past it FenceTimeoutError, and the graph is unusable.
         self.fence_timeout_s = self.config.resolved.device.fence_timeout_ms / 1000
@@ -147,9 +149,27 @@ class ComputeGraph:
                                           f"tensor {t.name!r} {t.shape} needs a {t.extents()} texture; "
                                           f"{self.device.name} allows at most {most} texels per side")
 
+    @contextlib.contextmanager
+    def entry(self, name: str) -> Iterator[None]:
+        """Inputs, outputs and dispatches added inside belong to entry point ``name``, which
+        ``execute(inputs, entry=name)`` runs alone; outside, to the default entry ``""``. Entry
+        points share the graph's weights and every tensor: e.g. a decoder's one-token step and
+        its batched prompt write the same key/value caches."""
+        saved, self._entry = self._entry, name
+        try:
+            yield
+        finally:
+            self._entry = saved
+
+    @property
+    def entries(self) -> list[str]:
+        """The graph's entry points, the default ``""`` first."""
+        named = {n.entry for n in self.execute_nodes} | {io.entry for io in (*self.inputs.values(), *self.outputs.values())}
+        return [""] + sorted(named - {""})
+
     def add_input(self, shape: Sequence[int], dtype: Any, name: str) -> ValueRef:
         ref = self.add_tensor(shape, dtype, name)
-        self.inputs[name] = IOStaging(ref, name)
+        self.inputs[name] = IOStaging(ref, name, self._entry)
         return ref
 
     def set_output(self, ref: ValueRef, name: str | None = None) -> None:
@@ -157,7 +177,10 @@ class ComputeGraph:
         tensor = self.values[ref]
         if tensor.storage == "texture3d":
             ref = self.texture_to_buffer(ref)
-        self.outputs[name or tensor.name] = IOStaging(ref, name or tensor.name)
+        name = name or tensor.name
+        if name in self.outputs:
+            raise ValueError(f"an output named {name!r} is already in the graph")
+        self.outputs[name] = IOStaging(ref, name, self._entry)
 
     def texture_to_buffer(self, ref: ValueRef) -> ValueRef:
         """A dispatch that copies texture tensor ``ref`` into a new NCHW buffer tensor."""
@@ -224,6 +247,7 @@ class ComputeGraph:
     def add_dispatch(self, node: DispatchNode) -> None:
         if self._execute is not None:
             raise VkGraphError("cannot add nodes after execute was encoded")
+        node.entry = self._entry
         self.execute_nodes.append(node)
 
     @property
@@ -306,14 +330,16 @@ class ComputeGraph:
         self.encode_execute()
         return self._execute.copy_from_staging(name)
 
-    def execute(self, inputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Run the recorded command buffers on ``inputs``; returns every output by name."""
+    def execute(self, inputs: Mapping[str, np.ndarray] | None = None, entry: str = "") -> dict[str, np.ndarray]:
+        """Run entry point ``entry``'s recorded command buffers on its ``inputs``; returns its
+        outputs by name."""
         self.encode_execute()
-        return self._execute.run(dict(inputs or {}))
+        return self._execute.run(dict(inputs or {}), entry)
 
     @property
     def execute_command_buffers(self) -> int:
-        return len(self._execute.cmds) if self._execute else 0
+        """Command buffers of the default entry point's execute."""
+        return len(self._execute.cmds[""]) if self._execute else 0
 
     def read_tensor(self, ref: ValueRef) -> np.ndarray:
         """The raw bytes of a device tensor (a texture's texels), for checks."""

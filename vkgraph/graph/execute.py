@@ -19,16 +19,16 @@ if TYPE_CHECKING:
 
 
 class ExecutePlan:
-    """The recorded execute command buffers of a prepacked graph. With ``profile``, a timestamp
-    is written before the first dispatch and after each one, and :meth:`profile` gives the GPU
-    time of the last run per op kind (shader)."""
+    """The recorded execute command buffers of a prepacked graph, one set per entry point
+    (``ComputeGraph.entry``). With ``profile``, a timestamp is written before the first dispatch
+    and after each one, and :meth:`profile` gives the GPU time of the last run per op kind (shader)."""
 
     def __init__(self, graph: ComputeGraph, profile: bool = False):
         """Bind memory for every non-constant tensor and the IO staging, and record the command
         buffers."""
         self.graph = graph
         self.queries: TimestampQueryPool | None = None
-        self.texel_views: dict[tuple[int, int, int], TexelView] = {}
+        self.texel_views: dict[tuple[int, int, int, str], TexelView] = {}
         self.runs = 0  # completed runs (the profile reads the last one's timestamps)
         g = graph
         for v in g.values:
@@ -43,46 +43,70 @@ class ExecutePlan:
             io.buffer = g.memory.staging(g.values[io.tensor].nbytes, MemoryKind.READBACK, f"{io.name} staging")
 
         nodes = g.execute_nodes
+        #: per entry point: its nodes' indices in g.execute_nodes, in order, and its command buffers
+        self.entry_nodes = {e: [i for i, n in enumerate(nodes) if n.entry == e] for e in g.entries}
+        self.cmds: dict[str, list] = {}
+        self.last_entry = ""
         self.pool = CommandPool(g.device)
         self.dpool = None
         try:
-            if profile:
-                self.queries = TimestampQueryPool(g.device, len(nodes) + 1)
+            if profile:  # per entry: a timestamp before its first dispatch, then one after each
+                self.queries = TimestampQueryPool(g.device, len(nodes) + len(self.entry_nodes))
             types = [t for n in nodes for t in n.binding_types(g)]
             self.dpool = DescriptorPool(g.device, max(1, len(nodes)), {
                 DescriptorType.STORAGE_BUFFER: max(1, types.count(DescriptorType.STORAGE_BUFFER)),
                 DescriptorType.STORAGE_IMAGE: types.count(DescriptorType.STORAGE_IMAGE),
                 DescriptorType.UNIFORM_TEXEL_BUFFER: types.count(DescriptorType.UNIFORM_TEXEL_BUFFER)})
-            plan = batches(len(nodes), execute_cut_points(len(nodes), g.config)) or [range(0)]
-            self.cmds = self.pool.allocate(len(plan))
-            for i, (cmd, batch) in enumerate(zip(self.cmds, plan)):
-                cmd.begin()
-                if i == 0:
-                    for io in g.inputs.values():
-                        cmd.copy_buffer(io.buffer, g.values[io.tensor].buffer)
-                    cmd.compute_barrier()
-                    if self.queries is not None:
-                        cmd.reset_query_pool(self.queries)
-                        cmd.write_timestamp(self.queries, 0, Stage.BOTTOM_OF_PIPE)
-                for n in batch:
-                    nodes[n].encode(g, cmd, self.dpool, self._texel_view)
-                    if self.queries is not None:  # after the node's barrier: its dispatch has finished
-                        cmd.write_timestamp(self.queries, n + 1, Stage.BOTTOM_OF_PIPE)
-                if i == len(plan) - 1:
-                    for io in g.outputs.values():
-                        cmd.copy_buffer(g.values[io.tensor].buffer, io.buffer)
-                    cmd.host_read_barrier()
-                cmd.end()
+            for entry, index in self.entry_nodes.items():
+                self.cmds[entry] = self._record(entry, index)
             self.fence = Fence(g.device)
         except BaseException:
             self.destroy()
             raise
 
-    def _texel_view(self, buffer: Buffer, offset: int, nbytes: int) -> TexelView:
-        """One view per buffer range, made when first bound, destroyed with the plan."""
-        key = (id(buffer), offset, nbytes)
+    def _record(self, entry: str, index: list[int]) -> list:
+        """The command buffers of one entry point: its inputs copied in, its dispatches (split by
+        the execute thresholds), its outputs copied out."""
+        g = self.graph
+        base = self.query_base(entry)
+        plan = batches(len(index), execute_cut_points(len(index), g.config)) or [range(0)]
+        cmds = self.pool.allocate(len(plan))
+        for i, (cmd, batch) in enumerate(zip(cmds, plan)):
+            cmd.begin()
+            if i == 0:
+                for io in g.inputs.values():
+                    if io.entry == entry:
+                        cmd.copy_buffer(io.buffer, g.values[io.tensor].buffer)
+                cmd.compute_barrier()
+                if self.queries is not None:
+                    cmd.reset_query_pool(self.queries, base, len(index) + 1)
+                    cmd.write_timestamp(self.queries, base, Stage.BOTTOM_OF_PIPE)
+            for k in batch:
+                g.execute_nodes[index[k]].encode(g, cmd, self.dpool, self._texel_view)
+                if self.queries is not None:  # after the node's barrier: its dispatch has finished
+                    cmd.write_timestamp(self.queries, base + k + 1, Stage.BOTTOM_OF_PIPE)
+            if i == len(plan) - 1:
+                for io in g.outputs.values():
+                    if io.entry == entry:
+                        cmd.copy_buffer(g.values[io.tensor].buffer, io.buffer)
+                cmd.host_read_barrier()
+            cmd.end()
+        return cmds
+
+    def query_base(self, entry: str) -> int:
+        """The first timestamp query of ``entry``: entries take consecutive ranges, in order."""
+        base = 0
+        for e, index in self.entry_nodes.items():
+            if e == entry:
+                return base
+            base += len(index) + 1
+        raise KeyError(entry)
+
+    def _texel_view(self, buffer: Buffer, offset: int, nbytes: int, fmt: str) -> TexelView:
+        """One view per buffer range and format, made when first bound, destroyed with the plan."""
+        key = (id(buffer), offset, nbytes, fmt)
         if key not in self.texel_views:
-            self.texel_views[key] = TexelView(buffer, offset, nbytes)
+            self.texel_views[key] = TexelView(buffer, offset, nbytes, fmt)
         return self.texel_views[key]
 
     def copy_into_staging(self, name: str, array: np.ndarray) -> None:
@@ -101,32 +125,42 @@ class ExecutePlan:
         t: Tensor = self.graph.values[io.tensor]
         return io.buffer.read(t.dtype, int(np.prod(t.shape))).reshape(t.shape)
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, inputs: Mapping[str, np.ndarray], entry: str = "") -> dict[str, np.ndarray]:
         g = self.graph
-        missing = set(g.inputs) - set(inputs)
+        if entry not in self.cmds:
+            raise KeyError(f"no entry point named {entry!r}; entry points: {', '.join(map(repr, self.cmds))}")
+        mine = {name for name, io in g.inputs.items() if io.entry == entry}
+        missing = mine - set(inputs)
         if missing:
             raise KeyError(f"missing graph inputs: {', '.join(sorted(missing))}")
+        stray = set(inputs) - mine
+        if stray & set(g.inputs):
+            raise KeyError(f"inputs {', '.join(sorted(stray & set(g.inputs)))} belong to another entry point than {entry!r}")
         for name, array in inputs.items():
             self.copy_into_staging(name, array)
         try:
             self.fence.reset()
-            submit_and_wait(g.device, self.cmds, self.fence, g.fence_timeout_s)
+            submit_and_wait(g.device, self.cmds[entry], self.fence, g.fence_timeout_s)
             self.runs += 1
+            self.last_entry = entry
         except (FenceTimeoutError, DeviceLostError) as exc:
             # The command buffers may still be running (or the device is gone): never reuse them.
             g.failed = f"an earlier execute failed ({type(exc).__name__}: {exc})"
             raise
-        return {name: self.copy_from_staging(name) for name in g.outputs}
+        return {name: self.copy_from_staging(name) for name, io in g.outputs.items() if io.entry == entry}
 
     def profile(self) -> dict[str, tuple[float, int]]:
-        """{op kind (shader name): (GPU seconds, dispatches)} of the last run, largest first."""
+        """{op kind (shader name): (GPU seconds, dispatches)} of the last run (of the entry point
+        it ran), largest first."""
         if self.queries is None:
             raise ValueError("the execute plan was not recorded with profile=True")
         if not self.runs:
             raise ValueError("no execute has completed yet: there is nothing to profile")
-        ts = self.queries.results_ns()
+        index = self.entry_nodes[self.last_entry]
+        base = self.query_base(self.last_entry)
+        ts = self.queries.results_ns(base, len(index) + 1)
         out: dict[str, list] = {}
-        for node, t0, t1 in zip(self.graph.execute_nodes, ts, ts[1:]):
+        for node, t0, t1 in zip((self.graph.execute_nodes[i] for i in index), ts, ts[1:]):
             acc = out.setdefault(node.shader, [0.0, 0])
             acc[0] += (t1 - t0) / 1e9
             acc[1] += 1

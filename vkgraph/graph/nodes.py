@@ -113,8 +113,12 @@ class DispatchNode:
     spec: dict[int, int | float | bool] = field(default_factory=dict)
     groups: tuple[int, int, int] = (1, 1, 1)
     defines: dict[str, object] = field(default_factory=dict)
-    #: bindings read as uniform texel buffers of R32_UINT (``texelFetch``) instead of storage buffers
+    #: bindings read as uniform texel buffers (``texelFetch``) instead of storage buffers: of R32_UINT,
+    #: or for those also in ``vec4_texels`` of RGBA32F
     texels: tuple[int, ...] = ()
+    vec4_texels: tuple[int, ...] = ()
+    #: the entry point that runs it (ComputeGraph.entry; set by add_dispatch)
+    entry: str = ""
 
     def tensors(self, graph: ComputeGraph) -> list[Tensor]:
         return [graph.values[a[0] if isinstance(a, tuple) else a] for a in self.args]
@@ -130,8 +134,8 @@ class DispatchNode:
         return graph.kernels.get(self.shader, self.binding_types(graph), len(self.push), self.spec, self.defines)
 
     def encode(self, graph: ComputeGraph, cmd: CommandBuffer, pool: DescriptorPool,
-               texel_view: Callable[[Buffer, int, int], TexelView] | None = None) -> None:
-        """Record the dispatch; ``texel_view(buffer, offset, nbytes)`` gives the views of the
+               texel_view: Callable[[Buffer, int, int, str], TexelView] | None = None) -> None:
+        """Record the dispatch; ``texel_view(buffer, offset, nbytes, fmt)`` gives the views of the
         ``texels`` bindings (owned by the caller)."""
         kernel = self.kernel(graph)
         for t in self.tensors(graph):
@@ -143,7 +147,7 @@ class DispatchNode:
             ref, off, nbytes = a if isinstance(a, tuple) else (a, 0, graph.values[a].nbytes)
             t = graph.values[ref]
             if i in self.texels:
-                resources[i] = texel_view(t.buffer, off, nbytes)
+                resources[i] = texel_view(t.buffer, off, nbytes, "rgba32f" if i in self.vec4_texels else "r32ui")
             else:
                 resources[i] = (t.buffer, off, nbytes) if isinstance(a, tuple) else t.resource
         dset.bind(resources)

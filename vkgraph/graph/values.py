@@ -212,8 +212,9 @@ class Tensor:
 
 @dataclass
 class IOStaging:
-    """Host-visible staging for a graph input or output."""
+    """Host-visible staging for a graph input or output of entry point ``entry``."""
 
     tensor: ValueRef
     name: str
+    entry: str = ""
     buffer: Buffer | None = None

@@ -17,10 +17,15 @@ from ..graph.windows import row_windows
 
 LOCAL_SIZE = 64
 #: a quantized linear on CPU renderers: rows per invocation, invocations per workgroup (one SIMD
-#: group of lavapipe's: small weights still spread over the cores); see _linear_quant
+#: group of lavapipe's: small weights still spread over the cores), tokens per invocation when
+#: there are several (a batched prompt); see _linear_quant
 QUANT_ROWS_CPU = 32
 QUANT_LOCAL_CPU = 8
-CPU_GEMV = True  # False: the GPU layout everywhere (benchmarks/gemv.py compares the two)
+QUANT_TOKENS_CPU = 8
+SDPA_LOCAL_CPU = 8  # attention on CPU renderers: query rows per workgroup (glsl/sdpa_rows.glsl)
+#: False: the GPU kernels everywhere, also on CPU renderers (tests run both; benchmarks/gemv.py
+#: compares the two): the quantized linear's layout (_linear_quant) and attention (sdpa)
+CPU_KERNELS = True
 
 
 def _buffer(g: ComputeGraph, ref: ValueRef, what: str) -> tuple[ValueRef, Tensor]:
@@ -74,10 +79,16 @@ def _groups(g: ComputeGraph, work: int) -> tuple[int, int, int]:
     return (dispatch_groups(work, LOCAL_SIZE, g.max_groups_x), 1, 1)
 
 
-def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None) -> ValueRef:
-    """``y = x @ weight.T (+ bias)``; ``weight`` is ``[out_features, in_features]``: fp32 (packed
-    4x4) or GGML-quantized (q4_0, q4_1, q8_0; packed into quant words + scales)."""
+def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None,
+           residual: ValueRef | None = None) -> ValueRef:
+    """``y = x @ weight.T (+ bias) (+ residual)``; ``weight`` is ``[out_features, in_features]``:
+    fp32 (packed 4x4) or GGML-quantized (q4_0, q4_1, q8_0; packed into quant words + scales).
+    ``residual`` (``[M, N]``, a skip connection) is added in the same dispatch for quantized
+    weights."""
     x, xt = _buffer(g, x, "linear input")
+    out_shape = (xt.shape[0], g.values[weight].shape[0])
+    if residual is not None and tuple(g.values[residual].shape) != out_shape:
+        raise ValueError(f"linear: residual {g.values[residual].shape} is not the output's {out_shape}")
     w_ref = _weight(g, weight, "linear_4x4")
     w = g.values[w_ref]
     if len(xt.shape) != 2 or len(w.shape) != 2 or w.shape[1] != xt.shape[1]:
@@ -87,8 +98,10 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     if w.layout in FORMATS:
         if bias is not None:
             raise ValueError("linear: a bias with quantized weights is not supported")
-        _linear_quant(g, y, x, w_ref, m, n, k)
+        _linear_quant(g, y, x, w_ref, m, n, k, residual)
         return y
+    if residual is not None:
+        return add(g, residual, linear(g, x, weight, bias))
     extra = []
     if bias is not None:
         if tuple(g.values[bias].shape) != (n,):
@@ -101,23 +114,31 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     return y
 
 
-def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int) -> None:
+def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
+                  residual: ValueRef | None = None) -> None:
     """The dispatches of a GGML-quantized linear, one per window of weight rows. On CPU renderers
-    (lavapipe, SwiftShader) an invocation computes QUANT_ROWS_CPU rows, reading x once for all,
-    and the weight is read as a uniform texel buffer where the device allows one that large:
-    lavapipe runs a storage-buffer load inside a loop as a loop over the SIMD lanes, a texel
-    fetch as one gather (glsl/linear_quant.glsl; figures in benchmarks/gemv.py)."""
+    (lavapipe, SwiftShader) an invocation computes QUANT_ROWS_CPU rows for up to
+    QUANT_TOKENS_CPU tokens, so a weight block is decoded once for all of them and x read once
+    for all rows; the weight (and, with several tokens, x) is read as a uniform texel buffer where
+    the device allows one that large: lavapipe runs a storage-buffer load inside a loop as a loop
+    over the SIMD lanes, a texel fetch as one gather (glsl/linear_quant.glsl; figures in
+    benchmarks/gemv.py). On GPUs an invocation computes one row. ``residual`` is added to y."""
     w = g.values[w_ref]
     lim = g.device.limits
-    cpu = CPU_GEMV and g.device.is_cpu
+    cpu = CPU_KERNELS and g.device.is_cpu
     rows, local = (QUANT_ROWS_CPU, QUANT_LOCAL_CPU) if cpu else (1, LOCAL_SIZE)
+    tokens = min(QUANT_TOKENS_CPU, m) if cpu else 1
+    x_texel = tokens > 1 and m * k // 4 <= lim["maxTexelBufferElements"]
     for r0, r1, wb in _row_windows(g, w_ref, n):
         offset, nbytes = wb[1:] if isinstance(wb, tuple) else (0, w.nbytes)
         texel = cpu and nbytes // 4 <= lim["maxTexelBufferElements"] and offset % lim["minTexelBufferOffsetAlignment"] == 0
-        g.add_dispatch(DispatchNode("linear_quant", [y, x, wb], struct.pack("<IIIII", m, r1 - r0, k, r0, n), {0: local},
-                                    (dispatch_groups(-(-(r1 - r0) // rows), local, g.max_groups_x), 1, 1),
-                                    {"QTYPE": FORMATS[w.layout].qtype, "ROWS": rows, "TEXEL": int(texel)},
-                                    texels=(2,) if texel else ()))
+        work = -(-(r1 - r0) // rows) * -(-m // tokens)
+        args = [y, x, wb] + ([_buffer(g, residual, "linear residual")[0]] if residual is not None else [])
+        g.add_dispatch(DispatchNode("linear_quant", args, struct.pack("<IIIII", m, r1 - r0, k, r0, n), {0: local},
+                                    (dispatch_groups(work, local, g.max_groups_x), 1, 1),
+                                    {"QTYPE": FORMATS[w.layout].qtype, "ROWS": rows, "TOKENS": tokens,
+                                     "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": int(residual is not None)},
+                                    texels=(1,) * x_texel + (2,) * texel, vec4_texels=(1,) * x_texel))
 
 
 def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
@@ -129,7 +150,8 @@ def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int
 
 BINARY_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "pow": 4, "maximum": 5, "minimum": 6, "gt": 7, "lt": 8,
               "ge": 9, "le": 10, "eq": 11, "ne": 12, "logical_and": 13, "logical_or": 14, "div_floor": 15,
-              "div_trunc": 16}
+              "div_trunc": 16, "silu_mul": 17}
+_VEC4_OPS = {"add", "sub", "mul", "div", "maximum", "minimum", "silu_mul"}  # glsl/binary.glsl VEC4
 
 
 def _dims4(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -155,7 +177,10 @@ def binary(g: ComputeGraph, a: ValueRef, b: ValueRef, op: str, alpha: float = 1.
     out = g.add_tensor(shape, np.float32)
     push = struct.pack("<13If", *dims, *_broadcast_strides(at.shape, shape), *_broadcast_strides(bt.shape, shape), n,
                        alpha)
-    g.add_dispatch(DispatchNode("binary", [out, a, b], push, {0: LOCAL_SIZE}, _groups(g, n), {"OP": BINARY_OPS[op]}))
+    flat = tuple(at.shape) == tuple(bt.shape) == tuple(shape)  # no broadcast: no index arithmetic
+    vec4 = flat and n % 4 == 0 and op in _VEC4_OPS
+    g.add_dispatch(DispatchNode("binary", [out, a, b], push, {0: LOCAL_SIZE}, _groups(g, n // 4 if vec4 else n),
+                                {"OP": BINARY_OPS[op], "FLAT": int(flat), "VEC4": int(vec4)}))
     return out
 
 
@@ -169,6 +194,11 @@ def sub(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
 
 def mul(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
     return binary(g, a, b, "mul")
+
+
+def silu_mul(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
+    """``silu(a) * b`` in one dispatch (a gated MLP's activation)."""
+    return binary(g, a, b, "silu_mul")
 
 
 def where(g: ComputeGraph, cond: ValueRef, a: ValueRef, b: ValueRef) -> ValueRef:
@@ -347,8 +377,18 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
     if step is not None:
         _step(g, step, "sdpa")
         args.append(step)
+    dynamic = int(step is not None)
+    if CPU_KERNELS and g.device.is_cpu and dh % 4 == 0 and dh <= 256:
+        # CPU renderers: an invocation per query row, one pass (glsl/sdpa_rows.glsl); a
+        # workgroup's barriers per row cost more there than the row's work
+        texel = max(qt.nbytes, kt.nbytes) // 16 <= g.device.limits["maxTexelBufferElements"]
+        g.add_dispatch(DispatchNode("sdpa_rows", args, push, {0: SDPA_LOCAL_CPU},
+                                    (dispatch_groups(batch * t * heads, SDPA_LOCAL_CPU, g.max_groups_x), 1, 1),
+                                    {"DYNAMIC_POS": dynamic, "DH": dh, "TEXEL": int(texel)},
+                                    texels=(1, 2, 3) if texel else (), vec4_texels=(1, 2, 3) if texel else ()))
+        return out
     g.add_dispatch(DispatchNode("sdpa", args, push, {0: LOCAL_SIZE}, (min(batch * heads * t, g.max_groups_x), 1, 1),
-                                {"DYNAMIC_POS": int(step is not None)}))
+                                {"DYNAMIC_POS": dynamic}))
     return out
 
 

@@ -191,20 +191,25 @@ class Buffer(VkObject):
         return f"<Buffer{label} {self.nbytes} B {self.kind.value}{'' if self.alive else ' destroyed'}>"
 
 
-class TexelView(VkObject):
-    """A range of a buffer seen as R32_UINT texels (a VkBufferView for a uniform texel buffer
-    binding: shaders read it with ``texelFetch``). Destroy it before its buffer."""
+#: texel formats of uniform texel buffers (both mandatory for that use): bytes per texel
+TEXEL_FORMATS = {"r32ui": (vk.VK_FORMAT_R32_UINT, 4), "rgba32f": (vk.VK_FORMAT_R32G32B32A32_SFLOAT, 16)}
 
-    def __init__(self, buffer: Buffer, offset: int, nbytes: int):
+
+class TexelView(VkObject):
+    """A range of a buffer seen as texels of ``fmt`` (R32_UINT, or RGBA32F: vec4 per texel) for a
+    uniform texel buffer binding: shaders read it with ``texelFetch``. Destroy it before its buffer."""
+
+    def __init__(self, buffer: Buffer, offset: int, nbytes: int, fmt: str = "r32ui"):
         device = buffer.device
-        most = device.limits["maxTexelBufferElements"] * 4
+        vk_format, size = TEXEL_FORMATS[fmt]
+        most = device.limits["maxTexelBufferElements"] * size
         align = device.limits["minTexelBufferOffsetAlignment"]
-        if nbytes <= 0 or nbytes % 4 or nbytes > most or offset % align or offset + nbytes > buffer.nbytes:
+        if nbytes <= 0 or nbytes % size or nbytes > most or offset % align or offset + nbytes > buffer.nbytes:
             raise ValueError(f"texel view of {buffer!r}: range [{offset}, {offset + nbytes}) is not whole texels "
                              f"inside the buffer, aligned to {align} and at most {most} bytes")
         self.buffer, self.offset, self.nbytes = buffer, offset, nbytes
         dev = device.handle
-        info = vk.VkBufferViewCreateInfo(buffer=buffer.handle, format=vk.VK_FORMAT_R32_UINT, offset=offset, range=nbytes)
+        info = vk.VkBufferViewCreateInfo(buffer=buffer.handle, format=vk_format, offset=offset, range=nbytes)
         self.handle = handle = call(vk.vkCreateBufferView, dev, info, None, detail=f"texel view of {buffer!r}")
 
         def release(dev=dev, handle=handle) -> None:

@@ -190,43 +190,53 @@ def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: 
 
 @dataclass
 class DecodeResult:
-    """``vkgraph bench decode``: a prompt fed token by token, then greedy decoding."""
+    """``vkgraph bench decode``: a prompt (in batches of ``prefill_chunk`` tokens, or token by
+    token when 0: asked for, or fewer than llama.PREFILL_MIN tokens), then greedy decoding."""
 
     model: str
     device: str
     prompt_tokens: int
     new_tokens: int
+    prefill_chunk: int
     prefill_tok_s: float
     decode_tok_s: float
     time_to_first_token_s: float
     dispatches_per_token: int
     #: {op kind: (GPU seconds per decoded token, dispatches per token)}, largest first (--profile)
     profile: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: {op kind: (GPU seconds, dispatches)} of the prompt's last prefill batch, largest first (--profile)
+    prefill_profile: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 
 def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: str | None = None, *,
-                 profile: bool = False) -> DecodeResult:
+                 profile: bool = False, prefill_chunk: int | None = None) -> DecodeResult:
     """Load a llama model (``smollm2`` or a .gguf), feed a prompt of ``prompt_tokens`` tokens (the
-    sample prompt repeated), then decode ``new_tokens`` greedily; with ``profile`` the GPU time
-    of each decode step per op kind (timestamps after every dispatch) is averaged."""
-    from ..models.llama import LlamaSession
+    sample prompt repeated) in batches of ``prefill_chunk`` (default: the session's; 0: token by
+    token), then decode ``new_tokens`` greedily; with ``profile`` the GPU time of each decode
+    step per op kind (timestamps after every dispatch) is averaged, and the prompt's last batch
+    profiled."""
+    from ..models.llama import DEFAULT_PREFILL, PREFILL_MIN, LlamaSession
 
     ref = resolve(model)
     if ref.kind != "llama":
         raise ValueError(f"bench decode runs llama models (smollm2 or a .gguf file), not {model!r}")
     if prompt_tokens < 1 or new_tokens < 1:
         raise ValueError(f"--prompt-tokens and --new-tokens must be >= 1, got {prompt_tokens} and {new_tokens}")
+    chunk = DEFAULT_PREFILL if prefill_chunk is None else prefill_chunk
+    if chunk < 0:
+        raise ValueError(f"--prefill-chunk must be >= 0, got {chunk}")
     cfg = config_for("staged", config_path, model)
-    with LlamaSession(ref.path, cfg, profile=profile) as s:
+    with LlamaSession(ref.path, cfg, profile=profile, prefill=chunk) as s:
         if prompt_tokens + new_tokens > s.max_context:
             raise ValueError(f"{prompt_tokens} + {new_tokens} tokens exceed the {s.max_context}-token context")
         sample = s.tokenizer.encode(SAMPLE_PROMPT)
         ids = (sample * (prompt_tokens // len(sample) + 1))[:prompt_tokens]
         t0 = time.perf_counter()
-        for pos, tok in enumerate(ids):
-            logits = s.step(tok, pos)
+        logits = s.prefill(ids)
         token = int(np.argmax(logits))
         t_first = time.perf_counter() - t0
+        batched = s.prefill_tokens if prompt_tokens >= PREFILL_MIN else 0  # else fed token by token
+        prefill_prof = s.graph.execute_profile() if profile and batched else {}
         per_kind: dict[str, list] = {}
         t1 = time.perf_counter()
         for i in range(new_tokens):
@@ -238,5 +248,6 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
                     acc[0] += sec
         t_decode = time.perf_counter() - t1
         prof = {k: (v[0] / new_tokens, v[1]) for k, v in sorted(per_kind.items(), key=lambda kv: -kv[1][0])}
-        return DecodeResult(model, s.report.device, prompt_tokens, new_tokens, prompt_tokens / t_first,
-                            new_tokens / t_decode, t_first, len(s.graph.execute_nodes), prof)
+        per_token = sum(1 for n in s.graph.execute_nodes if n.entry == "")
+        return DecodeResult(model, s.report.device, prompt_tokens, new_tokens, batched,
+                            prompt_tokens / t_first, new_tokens / t_decode, t_first, per_token, prof, prefill_prof)
