@@ -113,10 +113,9 @@ class DispatchNode:
     spec: dict[int, int | float | bool] = field(default_factory=dict)
     groups: tuple[int, int, int] = (1, 1, 1)
     defines: dict[str, object] = field(default_factory=dict)
-    #: bindings read as uniform texel buffers (``texelFetch``) instead of storage buffers: of R32_UINT,
-    #: or for those also in ``vec4_texels`` of RGBA32F
-    texels: tuple[int, ...] = ()
-    vec4_texels: tuple[int, ...] = ()
+    #: bindings read as uniform texel buffers (``texelFetch``) instead of storage buffers, with the
+    #: texel format of each (runtime.memory.TEXEL_FORMATS: "r32ui", or "rgba32f" for vec4s)
+    texels: dict[int, str] = field(default_factory=dict)
     #: the entry point that runs it (ComputeGraph.entry; set by add_dispatch)
     entry: str = ""
 
@@ -147,7 +146,7 @@ class DispatchNode:
             ref, off, nbytes = a if isinstance(a, tuple) else (a, 0, graph.values[a].nbytes)
             t = graph.values[ref]
             if i in self.texels:
-                resources[i] = texel_view(t.buffer, off, nbytes, "rgba32f" if i in self.vec4_texels else "r32ui")
+                resources[i] = texel_view(t.buffer, off, nbytes, self.texels[i])
             else:
                 resources[i] = (t.buffer, off, nbytes) if isinstance(a, tuple) else t.resource
         dset.bind(resources)

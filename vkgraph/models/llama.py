@@ -294,14 +294,18 @@ class LlamaSession:
         return self.graph.execute({"ids": np.array([token], np.int32),
                                    "step": np.array([pos, 0], np.uint32)})["logits"][0]
 
+    def batch_for(self, tokens: int) -> int:
+        """Prompt tokens per execute for a prompt of ``tokens``: ``prefill_tokens``, or 0 (token
+        by token) without a prefill entry or for fewer than PREFILL_MIN tokens."""
+        return self.prefill_tokens if tokens >= PREFILL_MIN else 0
+
     def prefill(self, ids: list[int], pos: int = 0) -> np.ndarray:
-        """Feed ``ids`` at positions ``pos..``: in batches of ``prefill_tokens`` (the last one
-        padded), or token by token without a prefill entry or for fewer than PREFILL_MIN
-        tokens; the logits after the last one."""
+        """Feed ``ids`` at positions ``pos..`` in batches of :meth:`batch_for` tokens (the last one
+        padded), or token by token; the logits after the last one."""
         if not ids:
             raise ValueError("nothing to prefill: no tokens")
-        p = self.prefill_tokens
-        if not p or len(ids) < PREFILL_MIN:
+        p = self.batch_for(len(ids))
+        if not p:
             for i, tok in enumerate(ids):
                 logits = self.step(tok, pos + i)
             return logits

@@ -100,8 +100,6 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
             raise ValueError("linear: a bias with quantized weights is not supported")
         _linear_quant(g, y, x, w_ref, m, n, k, residual)
         return y
-    if residual is not None:
-        return add(g, residual, linear(g, x, weight, bias))
     extra = []
     if bias is not None:
         if tuple(g.values[bias].shape) != (n,):
@@ -111,7 +109,7 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
         g.add_dispatch(DispatchNode("linear_4x4", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
                                     {0: LOCAL_SIZE}, _groups(g, m * ((r1 - r0 + 3) // 4)),
                                     {"HAS_BIAS": int(bias is not None)}))
-    return y
+    return y if residual is None else add(g, residual, y)
 
 
 def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
@@ -129,16 +127,16 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     rows, local = (QUANT_ROWS_CPU, QUANT_LOCAL_CPU) if cpu else (1, LOCAL_SIZE)
     tokens = min(QUANT_TOKENS_CPU, m) if cpu else 1
     x_texel = tokens > 1 and m * k // 4 <= lim["maxTexelBufferElements"]
+    extra = [_buffer(g, residual, "linear residual")[0]] if residual is not None else []
     for r0, r1, wb in _row_windows(g, w_ref, n):
         offset, nbytes = wb[1:] if isinstance(wb, tuple) else (0, w.nbytes)
         texel = cpu and nbytes // 4 <= lim["maxTexelBufferElements"] and offset % lim["minTexelBufferOffsetAlignment"] == 0
         work = -(-(r1 - r0) // rows) * -(-m // tokens)
-        args = [y, x, wb] + ([_buffer(g, residual, "linear residual")[0]] if residual is not None else [])
-        g.add_dispatch(DispatchNode("linear_quant", args, struct.pack("<IIIII", m, r1 - r0, k, r0, n), {0: local},
-                                    (dispatch_groups(work, local, g.max_groups_x), 1, 1),
+        g.add_dispatch(DispatchNode("linear_quant", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
+                                    {0: local}, (dispatch_groups(work, local, g.max_groups_x), 1, 1),
                                     {"QTYPE": FORMATS[w.layout].qtype, "ROWS": rows, "TOKENS": tokens,
-                                     "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": int(residual is not None)},
-                                    texels=(1,) * x_texel + (2,) * texel, vec4_texels=(1,) * x_texel))
+                                     "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra)},
+                                    texels=({1: "rgba32f"} if x_texel else {}) | ({2: "r32ui"} if texel else {})))
 
 
 def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
@@ -385,7 +383,7 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
         g.add_dispatch(DispatchNode("sdpa_rows", args, push, {0: SDPA_LOCAL_CPU},
                                     (dispatch_groups(batch * t * heads, SDPA_LOCAL_CPU, g.max_groups_x), 1, 1),
                                     {"DYNAMIC_POS": dynamic, "DH": dh, "TEXEL": int(texel)},
-                                    texels=(1, 2, 3) if texel else (), vec4_texels=(1, 2, 3) if texel else ()))
+                                    texels={1: "rgba32f", 2: "rgba32f", 3: "rgba32f"} if texel else {}))
         return out
     g.add_dispatch(DispatchNode("sdpa", args, push, {0: LOCAL_SIZE}, (min(batch * heads * t, g.max_groups_x), 1, 1),
                                 {"DYNAMIC_POS": dynamic}))

@@ -191,7 +191,7 @@ def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: 
 @dataclass
 class DecodeResult:
     """``vkgraph bench decode``: a prompt (in batches of ``prefill_chunk`` tokens, or token by
-    token when 0: asked for, or fewer than llama.PREFILL_MIN tokens), then greedy decoding."""
+    token when 0: LlamaSession.batch_for), then greedy decoding."""
 
     model: str
     device: str
@@ -215,7 +215,7 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
     token), then decode ``new_tokens`` greedily; with ``profile`` the GPU time of each decode
     step per op kind (timestamps after every dispatch) is averaged, and the prompt's last batch
     profiled."""
-    from ..models.llama import DEFAULT_PREFILL, PREFILL_MIN, LlamaSession
+    from ..models.llama import DEFAULT_PREFILL, LlamaSession
 
     ref = resolve(model)
     if ref.kind != "llama":
@@ -235,7 +235,7 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
         logits = s.prefill(ids)
         token = int(np.argmax(logits))
         t_first = time.perf_counter() - t0
-        batched = s.prefill_tokens if prompt_tokens >= PREFILL_MIN else 0  # else fed token by token
+        batched = s.batch_for(prompt_tokens)
         prefill_prof = s.graph.execute_profile() if profile and batched else {}
         per_kind: dict[str, list] = {}
         t1 = time.perf_counter()
