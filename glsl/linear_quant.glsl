@@ -50,6 +50,69 @@ vec4 bytes4(uint word) {
     return vec4(uvec4(word) >> uvec4(0u, 8u, 16u, 24u) & 0xFFu);
 }
 
+#if RESIDUAL
+#define STORE(at, v) y[at] = (v) + res[at]
+#else
+#define STORE(at, v) y[at] = (v)
+#endif
+
+#if TOKENS == 1
+// One token at a time (decode, and GPUs): x's block loaded once for the ROWS rows, every m in turn.
+// Kept apart from the tiled form below: SwiftShader's compiler keeps the tiled form's small
+// arrays in memory (its GEMV ran 1.8x slower that way).
+void main() {
+    uint nb = K / 32u;
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x * ROWS;
+    for (uint first = gl_GlobalInvocationID.x * ROWS; first < N; first += stride) {
+        for (uint m = 0u; m < M; ++m) {
+            float acc[ROWS];
+            for (uint r = 0u; r < ROWS; ++r) acc[r] = 0.0;
+            for (uint b = 0u; b < nb; ++b) {
+                uint xb = (m * K + b * 32u) / 4u;  // x as vec4: 8 per block
+#if QTYPE == 2
+                vec4 xv[8];
+                for (uint i = 0u; i < 8u; ++i) xv[i] = X4(xb + i);
+                for (uint r = 0u; r < ROWS; ++r) {
+                    uint rec = (min(first + r, N - 1u) * nb + b) * REC;
+                    float sq = 0.0;
+                    for (uint i = 0u; i < 8u; ++i) {
+                        vec4 q = bytes4(WORD(rec + SCALES + i));
+                        sq += dot(q - 256.0 * vec4(greaterThanEqual(q, vec4(128.0))), xv[i]);
+                    }
+                    acc[r] += uintBitsToFloat(WORD(rec)) * sq;
+                }
+#else
+                vec4 lo[4], hi[4];
+                vec4 sx = vec4(0.0);
+                for (uint i = 0u; i < 4u; ++i) {
+                    lo[i] = X4(xb + i);
+                    hi[i] = X4(xb + i + 4u);
+                    sx += lo[i] + hi[i];
+                }
+                float sxs = sx.x + sx.y + sx.z + sx.w;
+                for (uint r = 0u; r < ROWS; ++r) {
+                    uint rec = (min(first + r, N - 1u) * nb + b) * REC;
+                    float sq = 0.0;
+                    for (uint i = 0u; i < 4u; ++i) {
+                        uint word = WORD(rec + SCALES + i);
+                        sq += dot(bytes4(word & 0x0F0F0F0Fu), lo[i]) + dot(bytes4((word >> 4u) & 0x0F0F0F0Fu), hi[i]);
+                    }
+#if QTYPE == 0
+                    acc[r] += uintBitsToFloat(WORD(rec)) * (sq - 8.0 * sxs);
+#else
+                    acc[r] += uintBitsToFloat(WORD(rec)) * sq + uintBitsToFloat(WORD(rec + 1u)) * sxs;
+#endif
+                }
+#endif
+            }
+            for (uint r = 0u; r < ROWS && first + r < N; ++r) {
+                STORE(m * ldy + n0 + first + r, acc[r]);
+            }
+        }
+    }
+}
+#else
+// Tiles of ROWS rows x TOKENS tokens (a batched prompt on CPU renderers).
 void main() {
     uint nb = K / 32u;
     uint groups = (N + ROWS - 1u) / ROWS;
@@ -73,17 +136,20 @@ void main() {
             }
             for (uint r = 0u; r < ROWS; ++r) {
                 uint rec = (min(first + r, N - 1u) * nb + b) * REC;
-                vec4 q[8];  // the block's quants, in x's order
+                float sq[TOKENS];  // per token: the block's quants . x
+                for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0;
 #if QTYPE == 2
                 for (uint i = 0u; i < 8u; ++i) {
-                    q[i] = bytes4(WORD(rec + SCALES + i));
-                    q[i] -= 256.0 * vec4(greaterThanEqual(q[i], vec4(128.0)));
+                    vec4 q = bytes4(WORD(rec + SCALES + i));
+                    q -= 256.0 * vec4(greaterThanEqual(q, vec4(128.0)));
+                    for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + i]);
                 }
 #else
                 for (uint i = 0u; i < 4u; ++i) {
                     uint word = WORD(rec + SCALES + i);
-                    q[i] = bytes4(word & 0x0F0F0F0Fu);
-                    q[i + 4u] = bytes4((word >> 4u) & 0x0F0F0F0Fu);
+                    vec4 lo = bytes4(word & 0x0F0F0F0Fu);
+                    vec4 hi = bytes4((word >> 4u) & 0x0F0F0F0Fu);
+                    for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(lo, xv[t * 8u + i]) + dot(hi, xv[t * 8u + i + 4u]);
                 }
 #endif
                 float d = uintBitsToFloat(WORD(rec));
@@ -91,27 +157,21 @@ void main() {
                 float mn = uintBitsToFloat(WORD(rec + 1u));
 #endif
                 for (uint t = 0u; t < TOKENS; ++t) {
-                    float sq = 0.0;
-                    for (uint i = 0u; i < 8u; ++i) sq += dot(q[i], xv[t * 8u + i]);
 #if QTYPE == 0
-                    acc[r * TOKENS + t] += d * (sq - 8.0 * sx[t]);
+                    acc[r * TOKENS + t] += d * (sq[t] - 8.0 * sx[t]);
 #elif QTYPE == 1
-                    acc[r * TOKENS + t] += d * sq + mn * sx[t];
+                    acc[r * TOKENS + t] += d * sq[t] + mn * sx[t];
 #else
-                    acc[r * TOKENS + t] += d * sq;
+                    acc[r * TOKENS + t] += d * sq[t];
 #endif
                 }
             }
         }
         for (uint t = 0u; t < TOKENS && m0 + t < M; ++t) {
             for (uint r = 0u; r < ROWS && first + r < N; ++r) {
-                uint at = (m0 + t) * ldy + n0 + first + r;
-#if RESIDUAL
-                y[at] = acc[r * TOKENS + t] + res[at];
-#else
-                y[at] = acc[r * TOKENS + t];
-#endif
+                STORE((m0 + t) * ldy + n0 + first + r, acc[r * TOKENS + t]);
             }
         }
     }
 }
+#endif
