@@ -4,6 +4,8 @@
 // pack_linear_4x4.glsl: one invocation per (row m, block of 4 output channels n4) reads one vec4
 // of weights per input channel.
 
+#extension GL_GOOGLE_include_directive : require
+
 layout(local_size_x_id = 0) in;
 
 layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
@@ -13,13 +15,7 @@ layout(set = 0, binding = 2) readonly buffer W { vec4 w[]; };
 layout(set = 0, binding = 3) readonly buffer B { float bias[]; };
 #endif
 
-layout(push_constant) uniform Params {
-    uint M;
-    uint N;
-    uint K;
-    uint n0;
-    uint ldy;
-};
+#include "linear_params.h"
 
 void main() {
     uint N4 = (N + 3u) / 4u;

@@ -38,13 +38,7 @@ layout(set = 0, binding = 2) readonly buffer Wq { uint w[]; };
 layout(set = 0, binding = 3) readonly buffer Res { float res[]; };
 #endif
 
-layout(push_constant) uniform Params {
-    uint M;
-    uint N;
-    uint K;
-    uint n0;
-    uint ldy;
-};
+#include "linear_params.h"
 
 vec4 bytes4(uint word) {
     return vec4(uvec4(word) >> uvec4(0u, 8u, 16u, 24u) & 0xFFu);

@@ -1,10 +1,13 @@
 #version 450
-// out[i] = f(a[i]). OP: 0 silu (x * sigmoid(x)), 1 relu, 2 gelu (erf form), 3 gelu (tanh form),
-// 4 sigmoid, 5 tanh, 6 exp, 7 sqrt, 8 rsqrt, 9 neg, 10 abs, 11 clamp to [p0, p1], 12 x * p0 + p1,
-// 13 pow(x, p0), 14 logical not (1 where x == 0, else 0), 15 log, 16 x OP2 p0 (comparison: 0 >, 1 <,
-// 2 >=, 3 <=, 4 ==, 5 !=; 1.0 true, 0.0 false), 17 p0 / x, 18 p0 - x, 19 sin, 20 cos, 21 log10,
-// 22 round (half to even), 23 hardswish, 24 leaky relu (slope p0), 25 hardshrink (lambda p0),
-// 26 quantize: clamp(round(x * p0) + p1, p2, p3) (an int8 value, kept as a float).
+// out[i] = unary_op(a[i]) (glsl/unary_op.h: OP and OP2 pick the function; p0..p3 its parameters).
+#extension GL_GOOGLE_include_directive : require
+#ifndef OP
+#define OP 0
+#endif
+#ifndef OP2
+#define OP2 0
+#endif
+#include "unary_op.h"
 
 layout(local_size_x_id = 0) in;
 
@@ -19,116 +22,9 @@ layout(push_constant) uniform Params {
     float p3;
 };
 
-// erf(x) with |error| < 1.5e-7 (Abramowitz & Stegun 7.1.26); GLSL has no erf.
-// tanh through exp, clamped: GLSL's tanh overflows to NaN for large |x| on some drivers.
-float tanh_safe(float x) {
-    float e = exp(-2.0 * clamp(x, -15.0, 15.0));
-    return (1.0 - e) / (1.0 + e);
-}
-
-float erf_approx(float x) {
-    float s = sign(x);
-    float a = abs(x);
-    float t = 1.0 / (1.0 + 0.3275911 * a);
-    float poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
-    return s * (1.0 - poly * exp(-a * a));
-}
-
-// sin and cos to about 1 ulp for |x| up to ~8000 (Cody-Waite reduction by pi/4 and minimax
-// polynomials, as Cephes' sinf/cosf): the built-ins may err by 2^-11 (SwiftShader's do).
-float sincos_precise(float x, bool want_cos) {
-    float sgn = (!want_cos && x < 0.0) ? -1.0 : 1.0;
-    float a = abs(x);
-    int j = int(a * 1.27323954473516);  // 4 / pi
-    j += j & 1;
-    float y = float(j);
-    float r = ((a - y * 0.78515625) - y * 2.4187564849853515625e-4) - y * 3.77489497744594108e-8;
-    j &= 7;
-    if (j > 3) {
-        sgn = -sgn;
-        j -= 4;
-    }
-    if (want_cos && j > 1) sgn = -sgn;
-    float z = r * r;
-    bool use_cos_poly = want_cos ? (j == 0 || j == 3) : (j == 1 || j == 2);
-    float p = use_cos_poly
-        ? ((2.443315711809948e-5 * z - 1.388731625493765e-3) * z + 4.166664568298827e-2) * z * z - 0.5 * z + 1.0
-        : ((-1.9515295891e-4 * z + 8.3321608736e-3) * z - 1.6666654611e-1) * z * r + r;
-    return sgn * p;
-}
-
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint i = gl_GlobalInvocationID.x; i < n; i += stride) {
-        float v = a[i];
-#if OP == 0
-        outv[i] = v / (1.0 + exp(-v));
-#elif OP == 1
-        outv[i] = max(v, 0.0);
-#elif OP == 2
-        outv[i] = 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752));
-#elif OP == 3
-        outv[i] = 0.5 * v * (1.0 + tanh_safe(0.79788456080286536 * (v + 0.044715 * v * v * v)));
-#elif OP == 4
-        outv[i] = 1.0 / (1.0 + exp(-v));
-#elif OP == 5
-        outv[i] = tanh_safe(v);
-#elif OP == 6
-        outv[i] = exp(v);
-#elif OP == 7
-        outv[i] = sqrt(v);
-#elif OP == 8
-        outv[i] = inversesqrt(v);
-#elif OP == 9
-        outv[i] = -v;
-#elif OP == 10
-        outv[i] = abs(v);
-#elif OP == 11
-        outv[i] = min(max(v, p0), p1);
-#elif OP == 12
-        outv[i] = v * p0 + p1;
-#elif OP == 13
-        // pow() is undefined for x < 0: integral exponents keep their sign rule
-        float r = pow(abs(v), p0);
-        outv[i] = (v < 0.0 && mod(p0, 2.0) == 1.0) ? -r : (v == 0.0 && p0 == 0.0 ? 1.0 : r);
-#elif OP == 14
-        outv[i] = v == 0.0 ? 1.0 : 0.0;
-#elif OP == 15
-        outv[i] = log(v);
-#elif OP == 16
-#if OP2 == 0
-        outv[i] = float(v > p0);
-#elif OP2 == 1
-        outv[i] = float(v < p0);
-#elif OP2 == 2
-        outv[i] = float(v >= p0);
-#elif OP2 == 3
-        outv[i] = float(v <= p0);
-#elif OP2 == 4
-        outv[i] = float(v == p0);
-#else
-        outv[i] = float(v != p0);
-#endif
-#elif OP == 17
-        outv[i] = p0 / v;
-#elif OP == 18
-        outv[i] = p0 - v;
-#elif OP == 19
-        outv[i] = sincos_precise(v, false);
-#elif OP == 20
-        outv[i] = sincos_precise(v, true);
-#elif OP == 21
-        outv[i] = log2(v) * 0.30102999566398120;
-#elif OP == 22
-        outv[i] = roundEven(v);
-#elif OP == 23
-        outv[i] = v * clamp(v + 3.0, 0.0, 6.0) / 6.0;
-#elif OP == 24
-        outv[i] = v >= 0.0 ? v : v * p0;
-#elif OP == 25
-        outv[i] = abs(v) > p0 ? v : 0.0;
-#else
-        outv[i] = clamp(roundEven(v * p0) + p1, p2, p3);
-#endif
+        outv[i] = unary_op(a[i], p0, p1, p2, p3);
     }
 }

@@ -44,3 +44,20 @@ def test_run_json(device, minilm_dir, capsys):
 def test_missing_model_dir(tmp_path):
     with pytest.raises(minilm.ModelNotFoundError, match="missing config.json, model.safetensors, tokenizer.json"):
         minilm.model_dir(tmp_path)
+
+
+def test_bench_embed_runs_both_forwards_on_the_same_sentences(device, minilm_dir, capsys):
+    assert cli.main(["bench", "embed", "--batch", "1", "--batch", "4", "--repeat", "1", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["batch"] for r in rows] == [1, 4] and all(r["device"] == device.name for r in rows)
+    assert rows[1]["seq"] >= rows[0]["seq"] > 2  # [CLS] ... [SEP], padded to the batch's longest
+    for r in rows:  # the device and numpy embedded the same sentences alike
+        assert r["max_abs_difference"] < 1e-5
+        assert r["vkgraph_sentences_s"] > 0 and r["numpy_sentences_s"] > 0
+
+
+@pytest.mark.parametrize("argv,message", [(["--batch", "0"], "must be >= 1"),
+                                          (["--model", "synthetic:8"], "runs BERT encoders")])
+def test_bench_embed_bad_arguments(argv, message, capsys):
+    assert cli.main(["bench", "embed", *argv]) == 1
+    assert message in capsys.readouterr().err

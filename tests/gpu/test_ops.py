@@ -20,9 +20,18 @@ def rng_for(*shape):
     return np.random.default_rng(abs(hash(shape)) % 2**32)
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 5), (3, 64, 33), (5, 130, 67)])
+CPU_KERNELS = pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-kernels", "gpu-kernels"])
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 5), (3, 64, 33), (5, 130, 67), (20, 96, 70)])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_linear(device, compiler, m, k, n, with_bias):
+@CPU_KERNELS
+def test_linear(device, compiler, monkeypatch, m, k, n, with_bias, cpu_kernels):
+    """Both fp32 kernels (on CPU renderers, K a multiple of 4: tiles of rows x tokens; else a
+    block of 4 outputs per invocation) against numpy; 20 tokens end in a partial token tile.
+    The tiled kernel runs on every CPU renderer here, whichever the policy gives it to."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
+    monkeypatch.setattr(ops, "TILED_LINEAR_RENDERERS", {device.renderer})
     rng = rng_for(m, k, n)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
@@ -35,6 +44,26 @@ def test_linear(device, compiler, m, k, n, with_bias):
     out, _ = run(device, compiler, build, {"x": x})
     expect = x @ w.T + (b if with_bias else 0)
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu"])
+@CPU_KERNELS
+def test_linear_activation_and_residual(device, compiler, monkeypatch, act, cpu_kernels):
+    """act(x @ w.T + b) + residual: fused into the tiled kernel, separate dispatches elsewhere."""
+    from vkgraph.models.minilm import erf
+
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
+    monkeypatch.setattr(ops, "TILED_LINEAR_RENDERERS", {device.renderer})
+    rng = rng_for(9, 32, 36, len(act))
+    x, w = rng.standard_normal((9, 32)).astype(np.float32), rng.standard_normal((36, 32)).astype(np.float32)
+    b, res = rng.standard_normal(36).astype(np.float32), rng.standard_normal((9, 36)).astype(np.float32)
+    out, _ = run(device, compiler, lambda g, r: ops.linear(g, r["x"], g.add_tensorref(w, "w"), g.add_tensorref(b, "b"),
+                                                           residual=r["res"], act=act), {"x": x, "res": res})
+    v = x.astype(np.float64) @ w.T + b
+    f = {"gelu": 0.5 * v * (1 + erf(v / np.sqrt(2))),
+         "gelu_tanh": 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3))),
+         "silu": v / (1 + np.exp(-v))}[act]
+    np.testing.assert_allclose(out, f + res, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (7, 129)])
@@ -78,8 +107,10 @@ def test_silu_and_relu(device, compiler, n):
     np.testing.assert_array_equal(out, np.maximum(a, 0))
 
 
-@pytest.mark.parametrize("m,d", [(1, 1), (3, 5), (4, 64), (2, 1000)])
-def test_rms_norm(device, compiler, m, d):
+@pytest.mark.parametrize("m,d", [(1, 1), (3, 5), (4, 64), (2, 1000), (19, 576)])
+@CPU_KERNELS
+def test_rms_norm(device, compiler, monkeypatch, m, d, cpu_kernels):
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     rng = rng_for(m, d)
     x = rng.standard_normal((m, d)).astype(np.float32)
     w = rng.standard_normal(d).astype(np.float32)
@@ -161,8 +192,12 @@ def test_gelu(device, compiler, approximate):
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=2e-6)
 
 
-@pytest.mark.parametrize("m,d", [(1, 1), (3, 7), (5, 384), (2, 1000)])
-def test_layer_norm(device, compiler, m, d):
+@pytest.mark.parametrize("m,d", [(1, 1), (3, 7), (5, 384), (2, 1000), (19, 4)])
+@CPU_KERNELS
+def test_layer_norm(device, compiler, monkeypatch, m, d, cpu_kernels):
+    """Both kernels (a row per invocation on CPU renderers when d is a multiple of 4, a
+    workgroup per row) against numpy in float64."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     rng = rng_for(m, d, 1)
     x = (rng.standard_normal((m, d)) * 3 + 5).astype(np.float32)  # a large mean tests the two-pass variance
     w, b = rng.standard_normal(d).astype(np.float32), rng.standard_normal(d).astype(np.float32)
@@ -199,7 +234,7 @@ def sdpa_reference(q, k, v, batch, heads, kv_heads, mask, causal, q_pos0):
     [(1, 5, 5, 1, 1, 8, False, 0, 0), (2, 7, 7, 12, 12, 32, False, 0, 3), (1, 9, 9, 9, 3, 64, True, 0, 0),
      (1, 1, 13, 9, 3, 64, True, 12, 0), (1, 4, 10, 4, 2, 16, True, 6, 0), (3, 3, 70, 2, 1, 5, False, 0, 1)],
 )
-@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-kernels", "gpu-kernels"])
+@CPU_KERNELS
 def test_sdpa(device, compiler, monkeypatch, batch, t, s, heads, kv_heads, dh, causal, q_pos0, pad, cpu_kernels):
     """Both attention kernels (on CPU renderers: a query row per invocation, one pass; on GPUs a
     workgroup per row) against numpy."""

@@ -27,7 +27,9 @@ def small_limit_graph(device, compiler):
 
 
 @pytest.mark.parametrize("n,k,bias", [(37, 70, True), (64, 33, False), (5, 200, True)])
-def test_fp32_linear_in_windows(device, compiler, n, k, bias):
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-kernels", "gpu-kernels"])
+def test_fp32_linear_in_windows(device, compiler, monkeypatch, n, k, bias, cpu_kernels):
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     rng = np.random.default_rng(n + k)
     k *= widen(device)
     w = rng.standard_normal((n, k)).astype(np.float32)
@@ -41,7 +43,9 @@ def test_fp32_linear_in_windows(device, compiler, n, k, bias):
         assert report.packing_dispatches > 1  # the weight was packed in several windows
         np.testing.assert_array_equal(g.read_tensor(wd), ref_linear_4x4(w).reshape(-1).view(np.uint8))
         y = g.execute({"x": x})["y"]
-        assert sum(1 for node in g.execute_nodes if node.shader == "linear_4x4") > 1
+        tiled = cpu_kernels and device.is_cpu and device.renderer in ops.TILED_LINEAR_RENDERERS and k % 4 == 0
+        kernel = "linear_tiled" if tiled else "linear_4x4"
+        assert sum(1 for node in g.execute_nodes if node.shader == kernel) > 1
     np.testing.assert_allclose(y, x @ w.T + (b if bias else 0), rtol=1e-5, atol=1e-4)
 
 

@@ -1,5 +1,6 @@
 """``vkgraph bench load``: one or more measured loads in this process; ``vkgraph bench decode``:
-tokens per second of a llama model, with GPU time per op kind (numbers, never pass/fail)."""
+tokens per second of a llama model, with GPU time per op kind; ``vkgraph bench embed``: sentences
+per second of a BERT encoder next to numpy's (numbers, never pass/fail)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,26 @@ def cmd_bench_decode(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_embed(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from ..tools.bench import embed_bench
+
+    rows = embed_bench(args.model, args.batch or [1, 32], args.repeat, args.config)
+    if args.json:
+        for r in rows:
+            print(json.dumps(asdict(r)))
+        return 0
+    print(f"{rows[0].model} on {rows[0].device}: median of {rows[0].repeat} forwards after a warm-up; numpy: "
+          f"float32 on the CPU, same process")
+    print("\n| batch | tokens per sentence | vkgraph sentences/s | numpy sentences/s | vkgraph / numpy | max abs difference |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r.batch} | {r.seq} | {r.vkgraph_sentences_s:.1f} | {r.numpy_sentences_s:.1f} | "
+              f"{r.vkgraph_sentences_s / r.numpy_sentences_s:.2f}x | {r.max_abs_difference:.1e} |")
+    return 0
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks (numbers, never pass/fail timing)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
@@ -112,3 +133,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bd.add_argument("--profile", action="store_true", help="GPU time per op kind of each decode step")
     bd.add_argument("--json", action="store_true")
     bd.set_defaults(fn=cmd_bench_decode)
+    be = bench_sub.add_parser("embed", help="sentence embeddings of a BERT encoder: sentences per second, and numpy's")
+    be.add_argument("--model", default="minilm", help="minilm or a BERT checkpoint directory (default minilm)")
+    be.add_argument("--batch", type=int, action="append",
+                    help="sentences per forward (repeatable; default 1 and 32)")
+    be.add_argument("--repeat", type=int, default=5, help="timed forwards per batch size (median; default 5)")
+    be.add_argument("--config", help="TOML config (default configs/default.toml)")
+    be.add_argument("--json", action="store_true", help="one JSON line per batch size")
+    be.set_defaults(fn=cmd_bench_embed)

@@ -33,6 +33,7 @@ class DeviceFacts:
     name: str = "recording (no device)"
     host_visible_device_local: bool = True
     is_cpu: bool = False
+    renderer: str = ""
     limits: dict[str, Any] = field(default_factory=lambda: {
         "minStorageBufferOffsetAlignment": 16, "maxStorageBufferRange": 2**32 - 1,
         "maxComputeWorkGroupCount": (65535, 65535, 65535), "maxImageDimension3D": 2048})

@@ -16,13 +16,17 @@ from ..graph.values import Tensor, TensorRef, ValueRef
 from ..graph.windows import row_windows
 
 LOCAL_SIZE = 64
-#: a quantized linear on CPU renderers: rows per invocation, invocations per workgroup (one SIMD
-#: group of lavapipe's: small weights still spread over the cores), tokens per invocation when
-#: there are several (a batched prompt); see _linear_quant
-QUANT_ROWS_CPU = 32
-QUANT_LOCAL_CPU = 8
-QUANT_TOKENS_CPU = 8
-SDPA_LOCAL_CPU = 8  # attention on CPU renderers: query rows per workgroup (glsl/sdpa_rows.glsl)
+#: CPU renderers' kernels: invocations per workgroup (one SIMD group of lavapipe's, so small
+#: work still spreads over the cores; a row of a norm, a query row of attention each), and the
+#: linears' tile: rows per invocation, tokens per invocation when there are several (a batched
+#: prompt); see _linear_quant and _linear_tiled
+CPU_LOCAL = 8
+LINEAR_ROWS_CPU = 32
+LINEAR_TOKENS_CPU = 8
+#: CPU renderers whose shader compiler keeps the fp32 linear's tile in registers, so it runs
+#: glsl/linear_tiled.glsl there (lavapipe, MiniLM at 32 sentences: linear_4x4 16.1 s,
+#: tiled 0.5-0.9 s); SwiftShader's keeps it in memory (linear_4x4 7.5 s, tiled 11.3 s)
+TILED_LINEAR_RENDERERS = {"lavapipe"}
 #: False: the GPU kernels everywhere, also on CPU renderers (tests run both; benchmarks/gemv.py
 #: compares the two): the quantized linear's layout (_linear_quant) and attention (sdpa)
 CPU_KERNELS = True
@@ -79,12 +83,15 @@ def _groups(g: ComputeGraph, work: int) -> tuple[int, int, int]:
     return (dispatch_groups(work, LOCAL_SIZE, g.max_groups_x), 1, 1)
 
 
+LINEAR_ACTS = {"silu", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh"}  # linear(act=): unary ops without parameters
+
+
 def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None,
-           residual: ValueRef | None = None) -> ValueRef:
+           residual: ValueRef | None = None, act: str = "") -> ValueRef:
     """``y = x @ weight.T (+ bias) (+ residual)``; ``weight`` is ``[out_features, in_features]``:
-    fp32 (packed 4x4) or GGML-quantized (q4_0, q4_1, q8_0; packed into quant words + scales).
-    ``residual`` (``[M, N]``, a skip connection) is added in the same dispatch for quantized
-    weights."""
+    fp32 (packed in 4x4 blocks) or GGML-quantized (q4_0, q4_1, q8_0;
+    packed into quant words + scales). ``act`` (one of :data:`LINEAR_ACTS`) is applied to ``x @ weight.T + bias``, then ``residual`` (``[M, N]``, a skip
+    connection) added; both in the linear's own dispatch where its kernel can."""
     x, xt = _buffer(g, x, "linear input")
     out_shape = (xt.shape[0], g.values[weight].shape[0])
     if residual is not None and tuple(g.values[residual].shape) != out_shape:
@@ -95,9 +102,14 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
         raise ValueError(f"linear: input {xt.shape} and weight {w.shape} do not fit ([M, K] x [N, K])")
     (m, k), n = xt.shape, w.shape[0]
     y = g.add_tensor((m, n), np.float32)
+    if act and act not in LINEAR_ACTS:
+        raise ValueError(f"linear: activation {act!r} is not one of {', '.join(sorted(LINEAR_ACTS))}")
     if w.layout in FORMATS:
         if bias is not None:
             raise ValueError("linear: a bias with quantized weights is not supported")
+        if act:
+            y = unary(g, linear(g, x, weight), act)
+            return y if residual is None else add(g, residual, y)
         _linear_quant(g, y, x, w_ref, m, n, k, residual)
         return y
     extra = []
@@ -105,32 +117,62 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
         if tuple(g.values[bias].shape) != (n,):
             raise ValueError(f"linear: bias {g.values[bias].shape} does not match {n} output features")
         extra.append(_weight(g, bias, "identity"))
+    if CPU_KERNELS and g.device.is_cpu and g.device.renderer in TILED_LINEAR_RENDERERS and k % 4 == 0:
+        _linear_tiled(g, y, x, w_ref, m, n, k, extra, residual, act)
+        return y
     for r0, r1, wb in _row_windows(g, w_ref, n, unit=4):
         g.add_dispatch(DispatchNode("linear_4x4", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
                                     {0: LOCAL_SIZE}, _groups(g, m * ((r1 - r0 + 3) // 4)),
                                     {"HAS_BIAS": int(bias is not None)}))
+    if act:
+        y = unary(g, y, act)
     return y if residual is None else add(g, residual, y)
+
+
+def _texel_ok(g: ComputeGraph, binding: ValueRef | tuple, total_nbytes: int, texel_nbytes: int) -> bool:
+    """Whether ``binding`` (a tensor, or a (tensor, offset, nbytes) window) can be read as a
+    uniform texel buffer of ``texel_nbytes`` texels on this device."""
+    lim = g.device.limits
+    offset, nbytes = binding[1:] if isinstance(binding, tuple) else (0, total_nbytes)
+    return nbytes // texel_nbytes <= lim["maxTexelBufferElements"] and offset % lim["minTexelBufferOffsetAlignment"] == 0
+
+
+def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
+                  bias: list[ValueRef], residual: ValueRef | None, act: str) -> None:
+    """The dispatches of an fp32 linear on CPU renderers, one per window of weight rows
+    (glsl/linear_tiled.glsl): LINEAR_ROWS_CPU rows for up to LINEAR_TOKENS_CPU tokens per
+    invocation, the 4x4-packed weight and x read as RGBA32F texels where the device allows."""
+    x_texel = _texel_ok(g, x, m * k * 4, 16)
+    extra = bias + ([_buffer(g, residual, "linear residual")[0]] if residual is not None else [])
+    tokens = min(LINEAR_TOKENS_CPU, m)
+    for r0, r1, wb in _row_windows(g, w_ref, n, unit=4):
+        texel = _texel_ok(g, wb, g.values[w_ref].nbytes, 16)
+        work = -(-(r1 - r0) // LINEAR_ROWS_CPU) * -(-m // tokens)
+        g.add_dispatch(DispatchNode("linear_tiled", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
+                                    {0: CPU_LOCAL}, (dispatch_groups(work, CPU_LOCAL, g.max_groups_x), 1, 1),
+                                    {"R4": LINEAR_ROWS_CPU // 4, "TOKENS": tokens, "TEXEL": int(texel),
+                                     "X_TEXEL": int(x_texel), "HAS_BIAS": len(bias),
+                                     "RESIDUAL": int(residual is not None), "ACT": 1 + UNARY_OPS[act] if act else 0},
+                                    texels=({1: "rgba32f"} if x_texel else {}) | ({2: "rgba32f"} if texel else {})))
 
 
 def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
                   residual: ValueRef | None = None) -> None:
     """The dispatches of a GGML-quantized linear, one per window of weight rows. On CPU renderers
-    (lavapipe, SwiftShader) an invocation computes QUANT_ROWS_CPU rows for up to
-    QUANT_TOKENS_CPU tokens, so a weight block is decoded once for all of them and x read once
+    (lavapipe, SwiftShader) an invocation computes LINEAR_ROWS_CPU rows for up to
+    LINEAR_TOKENS_CPU tokens, so a weight block is decoded once for all of them and x read once
     for all rows; the weight (and, with several tokens, x) is read as a uniform texel buffer where
     the device allows one that large: lavapipe runs a storage-buffer load inside a loop as a loop
     over the SIMD lanes, a texel fetch as one gather (glsl/linear_quant.glsl; figures in
     benchmarks/gemv.py). On GPUs an invocation computes one row. ``residual`` is added to y."""
     w = g.values[w_ref]
-    lim = g.device.limits
     cpu = CPU_KERNELS and g.device.is_cpu
-    rows, local = (QUANT_ROWS_CPU, QUANT_LOCAL_CPU) if cpu else (1, LOCAL_SIZE)
-    tokens = min(QUANT_TOKENS_CPU, m) if cpu else 1
-    x_texel = tokens > 1 and m * k // 4 <= lim["maxTexelBufferElements"]
+    rows, local = (LINEAR_ROWS_CPU, CPU_LOCAL) if cpu else (1, LOCAL_SIZE)
+    tokens = min(LINEAR_TOKENS_CPU, m) if cpu else 1
+    x_texel = tokens > 1 and _texel_ok(g, x, m * k * 4, 16)
     extra = [_buffer(g, residual, "linear residual")[0]] if residual is not None else []
     for r0, r1, wb in _row_windows(g, w_ref, n):
-        offset, nbytes = wb[1:] if isinstance(wb, tuple) else (0, w.nbytes)
-        texel = cpu and nbytes // 4 <= lim["maxTexelBufferElements"] and offset % lim["minTexelBufferOffsetAlignment"] == 0
+        texel = cpu and _texel_ok(g, wb, w.nbytes, 4)
         work = -(-(r1 - r0) // rows) * -(-m // tokens)
         g.add_dispatch(DispatchNode("linear_quant", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
                                     {0: local}, (dispatch_groups(work, local, g.max_groups_x), 1, 1),
@@ -254,14 +296,33 @@ def gelu(g: ComputeGraph, a: ValueRef, approximate: str = "none") -> ValueRef:
 
 def layer_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef, eps: float = 1e-5) -> ValueRef:
     """LayerNorm over the last dimension of a ``[M, D]`` tensor."""
-    x, xt = _buffer(g, x, "layer_norm input")
+    return _norm(g, "layer_norm", x, [weight, bias], eps)
+
+
+def rms_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, eps: float = 1e-6) -> ValueRef:
+    """RMSNorm over the last dimension of a ``[M, D]`` tensor, scaled by ``weight[D]``."""
+    return _norm(g, "rms_norm", x, [weight], eps)
+
+
+def _norm(g: ComputeGraph, kind: str, x: ValueRef, params: list[ValueRef], eps: float) -> ValueRef:
+    """``kind`` (layer_norm: weight and bias; rms_norm: weight) of each row: a row per
+    invocation on CPU renderers (glsl/norm_rows.glsl, D a multiple of 4), a workgroup per row
+    elsewhere."""
+    x, xt = _buffer(g, x, f"{kind} input")
     m, d = xt.shape
-    for what, ref in (("weight", weight), ("bias", bias)):
+    for what, ref in zip(("weight", "bias"), params):
         if tuple(g.values[ref].shape) != (d,):
-            raise ValueError(f"layer_norm: {what} {g.values[ref].shape} does not match dimension {d}")
+            raise ValueError(f"{kind}: {what} {g.values[ref].shape} does not match dimension {d}")
     out = g.add_tensor((m, d), np.float32)
-    g.add_dispatch(DispatchNode("layer_norm", [out, x, _weight(g, weight, "identity"), _weight(g, bias, "identity")],
-                                struct.pack("<IIf", m, d, eps), {0: LOCAL_SIZE}, (min(m, g.max_groups_x), 1, 1)))
+    args = [out, x, *(_weight(g, p, "identity") for p in params)]
+    push = struct.pack("<IIf", m, d, eps)
+    if CPU_KERNELS and g.device.is_cpu and d % 4 == 0 and _texel_ok(g, x, xt.nbytes, 16):
+        g.add_dispatch(DispatchNode("norm_rows", args, push, {0: CPU_LOCAL},
+                                    (dispatch_groups(m, CPU_LOCAL, g.max_groups_x), 1, 1),
+                                    {"LAYER": int(kind == "layer_norm")},
+                                    texels={i: "rgba32f" for i in range(1, len(args))}))
+    else:
+        g.add_dispatch(DispatchNode(kind, args, push, {0: LOCAL_SIZE}, (min(m, g.max_groups_x), 1, 1)))
     return out
 
 
@@ -380,8 +441,8 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
         # CPU renderers: an invocation per query row, one pass (glsl/sdpa_rows.glsl); a
         # workgroup's barriers per row cost more there than the row's work
         texel = max(qt.nbytes, kt.nbytes) // 16 <= g.device.limits["maxTexelBufferElements"]
-        g.add_dispatch(DispatchNode("sdpa_rows", args, push, {0: SDPA_LOCAL_CPU},
-                                    (dispatch_groups(batch * t * heads, SDPA_LOCAL_CPU, g.max_groups_x), 1, 1),
+        g.add_dispatch(DispatchNode("sdpa_rows", args, push, {0: CPU_LOCAL},
+                                    (dispatch_groups(batch * t * heads, CPU_LOCAL, g.max_groups_x), 1, 1),
                                     {"DYNAMIC_POS": dynamic, "DH": dh, "TEXEL": int(texel)},
                                     texels={1: "rgba32f", 2: "rgba32f", 3: "rgba32f"} if texel else {}))
         return out
@@ -556,19 +617,6 @@ def l2_normalize(g: ComputeGraph, x: ValueRef, eps: float = 1e-12) -> ValueRef:
     m, d = xt.shape
     out = g.add_tensor((m, d), np.float32)
     g.add_dispatch(DispatchNode("l2_normalize", [out, x], struct.pack("<IIf", m, d, eps), {0: LOCAL_SIZE},
-                                (min(m, g.max_groups_x), 1, 1)))
-    return out
-
-
-def rms_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, eps: float = 1e-6) -> ValueRef:
-    """RMSNorm over the last dimension of a ``[M, D]`` tensor, scaled by ``weight[D]``."""
-    x, xt = _buffer(g, x, "rms_norm input")
-    m, d = xt.shape
-    if tuple(g.values[weight].shape) != (d,):
-        raise ValueError(f"rms_norm: weight {g.values[weight].shape} does not match dimension {d}")
-    out = g.add_tensor((m, d), np.float32)
-    g.add_dispatch(DispatchNode("rms_norm", [out, x, _weight(g, weight, "identity")],
-                                struct.pack("<IIf", m, d, eps), {0: LOCAL_SIZE},
                                 (min(m, g.max_groups_x), 1, 1)))
     return out
 

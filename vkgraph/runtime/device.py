@@ -159,6 +159,11 @@ class Device(VkObject):
         return self.physical.host_visible_device_local
 
     @property
+    def renderer(self) -> str:
+        """The implementation's short name: "lavapipe", "swiftshader", else the driver's name."""
+        return self.physical.renderer
+
+    @property
     def is_cpu(self) -> bool:
         """A software renderer (lavapipe, SwiftShader): shaders run on the host's cores."""
         return self.physical.type == "cpu"

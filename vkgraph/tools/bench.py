@@ -251,3 +251,63 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
         per_token = sum(1 for n in s.graph.execute_nodes if n.entry == "")
         return DecodeResult(model, s.report.device, prompt_tokens, new_tokens, batched,
                             prompt_tokens / t_first, new_tokens / t_decode, t_first, per_token, prof, prefill_prof)
+
+
+@dataclass
+class EmbedResult:
+    """``vkgraph bench embed``: sentences per second of a BERT encoder at one batch size, on the
+    device (execute: upload, dispatches, readback) and in numpy (float32) in the same process."""
+
+    model: str
+    device: str
+    batch: int
+    seq: int
+    repeat: int
+    vkgraph_sentences_s: float
+    numpy_sentences_s: float
+    max_abs_difference: float  # between the two's embeddings
+
+
+def embed_bench(model: str, batches: list[int], repeat: int = 5, config_path: str | None = None) -> list[EmbedResult]:
+    """For each batch size: build and prepack the encoder for ``batch`` sentences (the sample
+    sentences cycled, padded to the longest), execute it once to warm up, then take the median
+    of ``repeat`` executes; the same for a float32 numpy forward of the same weights."""
+    from ..models import minilm
+    from ..models.registry import SAMPLE_TEXTS
+    from ..models.safetensors import SafetensorsFile
+    from ..models.wordpiece import WordPieceTokenizer
+
+    ref = resolve(model)
+    if ref.kind != "bert":
+        raise ValueError(f"bench embed runs BERT encoders (minilm or a checkpoint directory), not {model!r}")
+    if repeat < 1 or not batches or min(batches) < 1:
+        raise ValueError(f"--repeat and every --batch must be >= 1, got {repeat} and {batches}")
+    bert = minilm.BertConfig.from_file(ref.path / "config.json")
+    tok = WordPieceTokenizer(ref.path / "tokenizer.json")
+    cfg = config_for("staged", config_path, model)
+
+    def median_s(fn: Callable[[], np.ndarray]) -> tuple[float, np.ndarray]:
+        out = fn()  # warm-up
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times)), out
+
+    results = []
+    with SafetensorsFile(ref.path / "model.safetensors") as st:
+        cpu = minilm.NumpyEncoder(st, bert, np.float32)
+        for batch in batches:
+            texts = [SAMPLE_TEXTS[i % len(SAMPLE_TEXTS)] for i in range(batch)]
+            inputs, seq = minilm.encode_inputs(tok, texts, minilm.MAX_SEQ_LENGTH)
+            with ComputeGraph(cfg) as g:
+                minilm.build(g, st, bert, batch, seq)
+                g.prepare()
+                g.run_prepack()
+                dev_s, got = median_s(lambda: g.execute(inputs)["embeddings"])
+                device = g.device.name
+            cpu_s, expect = median_s(lambda: cpu(inputs, batch, seq))
+            results.append(EmbedResult(ref.name, device, batch, seq, repeat, batch / dev_s, batch / cpu_s,
+                                       float(np.max(np.abs(got - expect)))))
+    return results

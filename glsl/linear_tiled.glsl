@@ -1,0 +1,127 @@
+#version 450
+// y[m][n0 + n] = x[m][:] . W[n][:] (+ bias[n0 + n]) (+ res[m][n0 + n]) for the N rows of W bound
+// here (a window starting at row n0 of a larger weight; ldy is y's row length), W packed by
+// pack_linear_4x4.glsl, K a multiple of 4. The fp32 linear of CPU renderers (linear_4x4.glsl
+// elsewhere): each invocation computes 4 * R4 consecutive rows for TOKENS consecutive m, so a
+// weight block loaded once serves TOKENS tokens and an x vec4 loaded once serves 4 * R4 rows.
+// TEXEL reads W, X_TEXEL x, as an RGBA32F uniform texel buffer: lavapipe runs a storage-buffer
+// load inside a loop as a loop over its SIMD lanes, a texel fetch as one gather (see
+// linear_quant.glsl). ACT (1 + an OP of unary_op.h; 0: none) applies that function to
+// x . W + bias, before the residual is added.
+#extension GL_GOOGLE_include_directive : require
+#ifndef R4
+#define R4 1
+#endif
+#ifndef TOKENS
+#define TOKENS 1
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef ACT
+#define ACT 0
+#endif
+#if ACT
+#define OP (ACT - 1)
+#define OP2 0
+#include "unary_op.h"
+#define EPILOGUE(v) unary_op(v, 0.0, 0.0, 0.0, 0.0)
+#else
+#define EPILOGUE(v) (v)
+#endif
+
+layout(local_size_x_id = 0) in;
+
+layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
+#if X_TEXEL
+layout(set = 0, binding = 1) uniform samplerBuffer xt;
+#define X4(i) texelFetch(xt, int(i))
+#else
+layout(set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
+#define X4(i) x4[i]
+#endif
+#if TEXEL
+layout(set = 0, binding = 2) uniform samplerBuffer wt;
+#define W4(i) texelFetch(wt, int(i))
+#else
+layout(set = 0, binding = 2) readonly buffer W { vec4 w4[]; };
+#define W4(i) w4[i]
+#endif
+#if HAS_BIAS
+layout(set = 0, binding = 3) readonly buffer B { float bias[]; };
+#define BIAS(n) bias[n]
+#else
+#define BIAS(n) 0.0
+#endif
+#if RESIDUAL
+layout(set = 0, binding = 3 + HAS_BIAS) readonly buffer Res { float res[]; };
+#define STORE(at, n, v) y[at] = EPILOGUE((v) + BIAS(n)) + res[at]
+#else
+#define STORE(at, n, v) y[at] = EPILOGUE((v) + BIAS(n))
+#endif
+
+#include "linear_params.h"
+
+// W4(blk + kk): 4 output channels (n4 * 4 ..) of input channel k4 * 4 + kk
+#define BLOCK(n4, k4) ((min(n4, N4 - 1u) * k4s + (k4)) * 4u)
+
+#if TOKENS == 1
+// One token at a time (GEMV): kept apart from the tiled form, whose small 2-D tile
+// SwiftShader's compiler keeps in memory.
+void main() {
+    uint k4s = K / 4u;
+    uint N4 = (N + 3u) / 4u;
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x * R4;
+    for (uint first = gl_GlobalInvocationID.x * R4; first < N4; first += stride) {
+        for (uint m = 0u; m < M; ++m) {
+            vec4 acc[R4];
+            for (uint r = 0u; r < R4; ++r) acc[r] = vec4(0.0);
+            for (uint k4 = 0u; k4 < k4s; ++k4) {
+                vec4 xv = X4(m * k4s + k4);
+                for (uint r = 0u; r < R4; ++r) {
+                    uint blk = BLOCK(first + r, k4);
+                    acc[r] += W4(blk) * xv.x + W4(blk + 1u) * xv.y + W4(blk + 2u) * xv.z + W4(blk + 3u) * xv.w;
+                }
+            }
+            for (uint r = 0u; r < R4; ++r) {
+                for (uint c = 0u; c < 4u; ++c) {
+                    uint n = (first + r) * 4u + c;
+                    if (n < N) STORE(m * ldy + n0 + n, n0 + n, acc[r][c]);
+                }
+            }
+        }
+    }
+}
+#else
+void main() {
+    uint k4s = K / 4u;
+    uint N4 = (N + 3u) / 4u;
+    uint groups = (N4 + R4 - 1u) / R4;
+    uint tgroups = (M + TOKENS - 1u) / TOKENS;
+    for (uint o = gl_GlobalInvocationID.x; o < groups * tgroups; o += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
+        // consecutive invocations (a SIMD group's lanes) take consecutive token tiles of one
+        // row tile: their weight fetches are the same texels
+        uint first = (o / tgroups) * R4;
+        uint m0 = (o % tgroups) * TOKENS;
+        float acc[R4 * 4u * TOKENS];
+        for (uint a = 0u; a < R4 * 4u * TOKENS; ++a) acc[a] = 0.0;
+        for (uint k4 = 0u; k4 < k4s; ++k4) {
+            vec4 xv[TOKENS];
+            for (uint t = 0u; t < TOKENS; ++t) xv[t] = X4(min(m0 + t, M - 1u) * k4s + k4);
+            for (uint r = 0u; r < R4; ++r) {
+                uint blk = BLOCK(first + r, k4);
+                mat4 wm = transpose(mat4(W4(blk), W4(blk + 1u), W4(blk + 2u), W4(blk + 3u)));
+                for (uint c = 0u; c < 4u; ++c) {
+                    for (uint t = 0u; t < TOKENS; ++t) acc[(r * 4u + c) * TOKENS + t] += dot(wm[c], xv[t]);
+                }
+            }
+        }
+        for (uint t = 0u; t < TOKENS && m0 + t < M; ++t) {
+            for (uint r = 0u; r < R4 * 4u; ++r) {
+                uint n = first * 4u + r;
+                if (n < N) STORE((m0 + t) * ldy + n0 + n, n0 + n, acc[r * TOKENS + t]);
+            }
+        }
+    }
+}
+#endif
