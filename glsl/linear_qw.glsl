@@ -7,6 +7,8 @@
 // scale(n, g) = s[n * SN + g * SG] (ET-VK's [groups, N] or torchao's [N, groups] by strides);
 // zero points (HAS_ZP) are floats at the same index. One invocation per output element.
 
+#extension GL_GOOGLE_include_directive : require
+
 layout(local_size_x_id = 0) in;
 
 layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
@@ -30,19 +32,7 @@ layout(push_constant) uniform Params {
     uint SG;
 };
 
-uint byte_at(uint i) {
-    return (w[i >> 2] >> ((i & 3u) * 8u)) & 0xFFu;
-}
-
-float q_at(uint n, uint k) {
-#if BITS == 4
-    uint b = byte_at(n * row_bytes + (k >> 1));
-    return float(int(((k & 1u) == HI_FIRST) ? (b & 0xFu) : (b >> 4)) - 8);
-#else
-    uint b = byte_at(n * row_bytes + k);
-    return float(int(b) - (b >= 128u ? 256 : 0));
-#endif
-}
+#include "qw.h"
 
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;

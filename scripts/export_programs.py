@@ -330,6 +330,40 @@ def _pt2e(model: nn.Module, inputs: tuple, scheme: str) -> nn.Module:
     return m
 
 
+class QEmbedSDPA(nn.Module):
+    """A 4-bit embedding table as ExecuTorch's llama export quantizes one
+    (quantized_decomposed.embedding_4bit.dtype, groups of 32; ET-VK rewrites it to
+    et_vk.embedding_q4gsw), a linear, and et_vk.sdpa called directly: with an additive mask,
+    and without one at a given scale. A second table, 48 wide in groups of 16, stays embedding_4bit
+    (ET-VK's rewrite wants widths of multiples of 32; with zero points its pattern matcher fails
+    to export)."""
+
+    def __init__(self, vocab=80, d=64, heads=4, group=32):
+        super().__init__()
+        import executorch.backends.vulkan.custom_ops_lib  # noqa: F401  (torch.ops.et_vk)
+        import executorch.exir.passes._quant_patterns_and_replacements  # noqa: F401  (quantized_decomposed)
+
+        gen = torch.Generator().manual_seed(1)
+        q = torch.randint(-8, 8, (vocab, d), generator=gen)
+        self.register_buffer("packed", (((q[:, 0::2] + 8) << 4) | (q[:, 1::2] + 8)).to(torch.uint8))
+        self.register_buffer("scales", torch.rand(vocab, d // group, generator=gen) * 0.1 + 0.01)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.heads = heads
+        q2 = torch.randint(-8, 8, (vocab, 48), generator=gen)
+        self.register_buffer("packed2", (((q2[:, 0::2] + 8) << 4) | (q2[:, 1::2] + 8)).to(torch.uint8))
+        self.register_buffer("scales2", torch.rand(vocab, 3, generator=gen) * 0.1 + 0.01)
+
+    def forward(self, ids, mask):
+        h = torch.ops.quantized_decomposed.embedding_4bit.dtype(self.packed, self.scales, None, -8, 7, ids,
+                                                                dtype=torch.float32)
+        b, t, d = h.shape
+        q, k, v = self.qkv(h).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = torch.ops.et_vk.sdpa(q, k, v, mask)
+        e2 = torch.ops.quantized_decomposed.embedding_4bit.dtype(self.packed2, self.scales2, None, -8, 7, ids,
+                                                                 dtype=torch.float32)
+        return a.transpose(1, 2).reshape(b, t, d), torch.ops.et_vk.sdpa(q, k, v, None, 0.5), e2 * 2.0
+
+
 def programs(gen: torch.Generator):
     def rand(*shape):
         return torch.randn(*shape, generator=gen)
@@ -357,6 +391,8 @@ def programs(gen: torch.Generator):
             ("pc8_mlp", "vk_dyn8", rand(4, 64)), ("q8ta_mlp", "xnn_static", rand(4, 64)))},
         **{"qconv": (_pt2e(QConv(), (x,), "xnn_static"), (x,)) for x in (rand(1, 4, 8, 8),)},
         "resample": (Resample(), (rand(1, 3, 4, 6),)),
+        "qembed_sdpa": (QEmbedSDPA(), (torch.randint(0, 80, (2, 6), generator=gen),
+                                       torch.triu(torch.full((6, 6), -1e4), 1) + rand(6, 6) * 0.1)),
     }
 
 

@@ -696,6 +696,35 @@ def test_linear_qw(device, compiler, bits, group, gn, zp, bias, high):
     np.testing.assert_allclose(out, x @ w.T + (b if bias else 0), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("bits,group,zp,high", [(4, 16, False, False), (4, 32, True, True), (8, 8, True, False)])
+def test_embedding_qw(device, compiler, bits, group, zp, high):
+    """Rows of a table quantized in groups (ET-VK's embedding_q4gsw, ExecuTorch's embedding_4bit)
+    against numpy; ids outside the table give zero rows."""
+    rng = rng_for(bits, group, int(zp), int(high))
+    v, d = 11, 64
+    q = rng.integers(-8, 8, (v, d)) if bits == 4 else rng.integers(-128, 128, (v, d))
+    scales = rng.random((v, d // group)).astype(np.float32) + 0.1
+    zeros = rng.integers(-3, 4, scales.shape).astype(np.float32) if zp else np.zeros_like(scales)
+    if bits == 4:
+        u = (q + 8).astype(np.uint8)
+        even, odd = (u[:, 1::2], u[:, ::2]) if high else (u[:, ::2], u[:, 1::2])
+        packed = (even | (odd << 4)).astype(np.uint8)
+    else:
+        packed = q.astype(np.int8)
+    ids = np.array([3, 0, 10, -1, 11, 3, 7], np.int32)
+
+    def build(g, r):
+        return ops.embedding_qw(g, r["ids"], g.add_tensorref(packed, "w"), g.add_tensorref(scales, "s"), bits=bits,
+                                group_size=group, zero_points=g.add_tensorref(zeros, "z") if zp else None,
+                                high_first=high)
+
+    out, _ = run(device, compiler, build, {"ids": ids})
+    gidx = np.arange(d) // group
+    table = (q - zeros[:, gidx]) * scales[:, gidx]
+    expect = np.where(((ids >= 0) & (ids < v))[:, None], table[np.clip(ids, 0, v - 1)], 0)
+    np.testing.assert_allclose(out, expect, rtol=1e-6, atol=1e-6)
+
+
 def test_execute_profile_times_every_dispatch(device, compiler):
     x = rng_for(8, 33).standard_normal((8, 33)).astype(np.float32)
     with ComputeGraph(GraphConfig(), device=device, compiler=compiler) as g:

@@ -793,8 +793,36 @@ def linear_qw(g: ComputeGraph, x: ValueRef, weight: ValueRef, scales: ValueRef, 
                                  "HI_FIRST": int(high_first)}))
     return y
 
+def embedding_qw(g: ComputeGraph, ids: ValueRef, weight: ValueRef, scales: ValueRef, *, bits: int, group_size: int,
+                 zero_points: ValueRef | None = None, high_first: bool = False) -> ValueRef:
+    """Rows of a table ``[V, D]`` quantized in groups of ``group_size`` along D (the weight
+    formats of :func:`linear_qw`; ``scales`` and float ``zero_points`` ``[V, groups]``) for int32
+    ``ids[T]`` (ids outside [0, V) give zero rows), dequantized to float32 ``[T, D]``."""
+    it = g.values[ids]
+    if it.dtype != np.int32 or len(it.shape) != 1:
+        raise TypeError(f"embedding ids must be a 1-D int32 tensor, got {it.shape} {it.dtype}")
+    wt = g.values[weight]
+    v, row_bytes = wt.shape
+    d = row_bytes * 8 // bits
+    if bits not in (4, 8) or group_size < 1 or (v * row_bytes) % 4:
+        raise ValueError(f"quantized embedding: a {bits}-bit table {wt.shape} in groups of {group_size} is not supported "
+                         "(4 or 8 bits, whole 32-bit words)")
+    groups = -(-d // group_size)
+    if int(np.prod(g.values[scales].shape)) != v * groups:
+        raise ValueError(f"quantized embedding: scales {g.values[scales].shape} do not fit {v} rows x {groups} groups")
+    args = [None, ids, _weight(g, weight, "identity"), _weight(g, scales, "identity")]
+    if zero_points is not None:
+        args.append(_weight(g, zero_points, "identity"))
+    t = it.shape[0]
+    args[0] = out = g.add_tensor((t, d), np.float32)
+    g.add_dispatch(DispatchNode("embedding_qw", args, struct.pack("<7I", t, d, v, group_size, row_bytes, groups, 1),
+                                {0: LOCAL_SIZE}, _groups(g, t * d),
+                                {"BITS": bits, "HAS_ZP": int(zero_points is not None), "HI_FIRST": int(high_first)}))
+    return out
+
+
 __all__ = [
-    "add", "binary", "cast", "contiguous_strides", "conv2d", "conv_transpose2d", "embedding", "fill", "gelu", "kv_write", "l2_normalize",
+    "add", "binary", "cast", "contiguous_strides", "conv2d", "conv_transpose2d", "embedding", "embedding_qw", "fill", "gelu", "kv_write", "l2_normalize",
     "layer_norm", "linear", "linear_qw", "matmul", "mean_pool", "mul", "permute", "pool2d", "reduce", "relu", "rms_norm",
     "rope", "rotary", "sdpa", "silu", "softmax", "strided_copy", "sub", "to_buffer", "to_texture", "unary", "upsample_bilinear", "where",
 ]

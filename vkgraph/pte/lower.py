@@ -984,6 +984,55 @@ def _embedding(L: Lowering, w: int, ids: int, *rest: int) -> None:
     L.set(out, ops.embedding(L.g, flat, L.weight(w)))
 
 
+def _embedding_q4gsw(L: Lowering, w: int, scales: int, group: int, ids: int, is_linear: int, out: int) -> None:
+    """ET-VK's 4-bit embedding: uint8 ``[V, D/2]``, scales ``[V, groups]`` (or ``[V]``); even d in
+    the low nibble when the table is stored as a 4-bit linear's weight (``is_linear_weight``,
+    shared with a tied output head), else in the high one."""
+    _embedding_4bit(L, w, scales, None, ids, out, int(L.arg(group)), high_first=not L.arg(is_linear))
+
+
+def _embedding_4bit_dtype(L: Lowering, w: int, scales: int, zeros: int, qmin: int, qmax: int, ids: int, *rest: int) -> None:
+    """quantized_decomposed.embedding_4bit.dtype: even d in the high nibble, values nibble - 8,
+    optional zero points, group size from the scales' shape."""
+    if (L.arg(qmin), L.arg(qmax)) != (-8, 7):
+        raise L.error(f"embedding_4bit with quant range [{L.arg(qmin)}, {L.arg(qmax)}] (only [-8, 7])")
+    sc = L.dims(scales)
+    group = L.dims(w)[1] * 2 // (sc[1] if len(sc) == 2 else 1)
+    _embedding_4bit(L, w, scales, None if L.vk(zeros).kind == "null" else zeros, ids, rest[-1], group, high_first=True)
+
+
+def _embedding_4bit(L: Lowering, w: int, scales: int, zeros: int | None, ids: int, out: int, group: int, *,
+                    high_first: bool) -> None:
+    v = L.dims(w)[0]
+    n = int(np.prod(L.dims(scales)))
+    sc = L.derived(f"emb_scales{scales}", lambda: np.asarray(L.const(scales), np.float32).reshape(v, -1)) \
+        if L.const(scales) is not None else None
+    if sc is None or L.const(w) is None or (zeros is not None and L.const(zeros) is None):
+        raise L.error("a quantized embedding table, its scales and zero points must be constants")
+    zp = None if zeros is None else L.derived(f"emb_zp{zeros}", lambda: np.asarray(L.const(zeros), np.float32).reshape(n))
+    flat = L.g.add_view(L.ids(ids), (int(np.prod(L.dims(ids))),))
+    L.set(out, ops.embedding_qw(L.g, flat, L.weight(w), sc, bits=4, group_size=group, zero_points=zp,
+                                high_first=high_first))
+
+
+def _et_vk_sdpa(L: Lowering, q: int, k: int, v: int, mask: int, scale: int, out: int) -> None:
+    """et_vk.sdpa: softmax(q @ k^T * scale + mask) @ v over the last two dims, batched over the
+    leading ones (the same for q, k and v); scale defaults to 1/sqrt(head dim); the mask is added,
+    broadcast to the scores."""
+    qd, kd, vd = L.dims(q), L.dims(k), L.dims(v)
+    if len(qd) < 2 or qd[:-2] != kd[:-2] or kd[:-2] != vd[:-2] or qd[-1] != kd[-1] or kd[-2] != vd[-2]:
+        raise L.error(f"sdpa of q {qd}, k {kd}, v {vd}: batch dims, head dims and keys must match")
+    lead, (t, dh), s_ = qd[:-2], qd[-2:], kd[-2]
+    b = int(np.prod(lead))
+    scores = ops.matmul(L.g, L.g.add_view(L.t(q), (b, t, dh)), L.g.add_view(L.t(k), (b, s_, dh)), transpose_b=True)
+    sc = L.arg(scale)
+    scores = ops.unary(L.g, scores, "affine", 1 / np.sqrt(dh) if sc is None else float(sc), 0.0)
+    if L.vk(mask).kind != "null":
+        scores = ops.add(L.g, L.g.add_view(scores, (*lead, t, s_)), L.operand(mask))
+    probs = ops.softmax(L.g, L.g.add_view(scores, (b * t, s_)))
+    L.set(out, ops.matmul(L.g, L.g.add_view(probs, (b, t, s_)), L.g.add_view(L.t(v), (b, s_, vd[-1]))))
+
+
 OPS: dict[str, Callable[..., None]] = {
     "et_vk.prepack.default": _prepack,
     "et_vk.linear_q4gsw.default": _linear_q4gsw, "et_vk.linear_dq8ca_q4gsw.default": _linear_dq8ca_q4gsw,
@@ -1030,7 +1079,8 @@ OPS: dict[str, Callable[..., None]] = {
     "dim_order_ops._to_dim_order_copy.default": _to_copy,
     "aten.permute_copy.default": _permute, "aten.select_copy.int": _select, "aten.slice_copy.Tensor": _slice,
     "aten.cat.default": _cat, "aten.expand_copy.default": _expand, "aten.repeat.default": _repeat,
-    "aten.embedding.default": _embedding, "aten.split_with_sizes_copy.default": _split, "aten.t_copy.default": _t,
+    "aten.embedding.default": _embedding, "et_vk.embedding_q4gsw.default": _embedding_q4gsw,
+    "quantized_decomposed.embedding_4bit.dtype": _embedding_4bit_dtype, "et_vk.sdpa.default": _et_vk_sdpa, "aten.split_with_sizes_copy.default": _split, "aten.t_copy.default": _t,
     "aten.flip.default": _flip, "aten.index_select.default": _index_select,
     "aten.constant_pad_nd.default": _constant_pad, "aten.upsample_nearest2d.vec": _upsample_nearest,
     "aten.upsample_bilinear2d.vec": _upsample_bilinear,
