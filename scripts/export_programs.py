@@ -364,6 +364,22 @@ class QEmbedSDPA(nn.Module):
         return a.transpose(1, 2).reshape(b, t, d), torch.ops.et_vk.sdpa(q, k, v, None, 0.5), e2 * 2.0
 
 
+class RopeInterleaved(nn.Module):
+    """et_vk.apply_rotary_emb_interleaved (EdgeTAM's RoPE, called directly) with a constant
+    freqs_cis [1, N, C/2, 2] between two linears."""
+
+    def __init__(self, n=12, c=32):
+        super().__init__()
+        import executorch.backends.vulkan.custom_ops_lib  # noqa: F401  (torch.ops.et_vk)
+
+        angles = torch.outer(torch.arange(n, dtype=torch.float32), 1.0 / 100.0 ** (torch.arange(0, c, 2) / c))
+        self.register_buffer("freqs", torch.view_as_real(torch.polar(torch.ones_like(angles), angles)).unsqueeze(0))
+        self.fc1, self.fc2 = nn.Linear(c, c), nn.Linear(c, c)
+
+    def forward(self, x):
+        return self.fc2(torch.ops.et_vk.apply_rotary_emb_interleaved(self.fc1(x), self.freqs))
+
+
 def programs(gen: torch.Generator):
     def rand(*shape):
         return torch.randn(*shape, generator=gen)
@@ -393,6 +409,7 @@ def programs(gen: torch.Generator):
         "resample": (Resample(), (rand(1, 3, 4, 6),)),
         "qembed_sdpa": (QEmbedSDPA(), (torch.randint(0, 80, (2, 6), generator=gen),
                                        torch.triu(torch.full((6, 6), -1e4), 1) + rand(6, 6) * 0.1)),
+        "rope_interleaved": (RopeInterleaved(), (rand(2, 12, 32),)),
     }
 
 

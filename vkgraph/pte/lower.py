@@ -738,6 +738,20 @@ def _rotary(hf: bool) -> Callable:
     return build
 
 
+def _rotary_interleaved(L: Lowering, x: int, freqs: int, out: int) -> None:
+    """et_vk.apply_rotary_emb_interleaved (EdgeTAM's RoPE): x ``[B, N, C]`` in (real, imag) pairs,
+    turned by a constant freqs_cis whose flat layout is ``[N, C/2, (cos, sin)]``."""
+    b, n, c = L.dims(x)
+    fc = L.const(freqs)
+    if fc is None:
+        raise L.error("apply_rotary_emb_interleaved needs freqs_cis as a constant")
+    if fc.size != n * c or c % 2:
+        raise L.error(f"freqs_cis of {fc.size} values does not fit x {L.dims(x)}")
+    pairs = lambda k: L.derived(f"freqs{freqs}.{k}", lambda: np.asarray(fc, np.float32).reshape(n, c // 2, 2)[..., k])  # noqa: E731
+    step = L.g.prepack_tensor(L.g.names.get(f"{L.label}.start0") or L.g.add_tensorref(np.array([0], np.int32), f"{L.label}.start0"))
+    L.set(out, ops.rotary(L.g, L.t(x), pairs(0), pairs(1), step, heads=1, seq=n, interleaved=True))
+
+
 def _conv_transposed(L: Lowering, x: int, w: int, b: int, stride: int, pad: int, dil: int, groups: int, out: int) -> None:
     if len(L.dims(x)) != 4:
         raise L.error(f"only 2-D transposed convolution (NCHW input) is supported, not input {L.dims(x)}")
@@ -1065,6 +1079,7 @@ OPS: dict[str, Callable[..., None]] = {
     "aten.native_layer_norm.default": _layer_norm, "et_vk.rms_norm.default": _rms_norm,
     "aten.native_group_norm.default": _group_norm, "aten._native_batch_norm_legit_no_training.default": _batch_norm,
     "et_vk.apply_rotary_emb.default": _rotary(False), "et_vk.apply_rotary_emb_hf.default": _rotary(True),
+    "et_vk.apply_rotary_emb_interleaved.default": _rotary_interleaved,
     "aten.linear.default": _linear, "aten.mm.default": _matmul, "aten.bmm.default": _matmul,
     "aten.addmm.default": _addmm,
     "aten.convolution.default": _conv, "et_vk.conv_with_clamp.default": _conv,
