@@ -60,7 +60,8 @@ def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, m, 
 @pytest.mark.parametrize("m", [1, 11])
 @pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
 def test_linear_with_residual(device, compiler, monkeypatch, m, cpu_kernels):
-    """A skip connection added in the quantized linear's dispatch; fp32 weights add it after."""
+    """A skip connection added in the quantized linear's dispatch (an activation first, in its own
+    dispatch); fp32 weights add it after on GPUs."""
     monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     raw, deq = quantized("q4_1", 40, 64, 7)
     dense = np.random.default_rng(8).standard_normal((40, 64)).astype(np.float32)
@@ -71,12 +72,16 @@ def test_linear_with_residual(device, compiler, monkeypatch, m, cpu_kernels):
         xin, rin = g.add_input(x.shape, np.float32, "x"), g.add_input(res.shape, np.float32, "r")
         g.set_output(ops.linear(g, xin, g.add_tensorref(raw, "wq", quant="q4_1"), residual=rin), "yq")
         g.set_output(ops.linear(g, xin, g.add_tensorref(dense, "wf"), residual=rin), "yf")
+        g.set_output(ops.linear(g, xin, g.add_tensorref(raw, "wq3", quant="q4_1"), residual=rin, act="relu"), "yr")
+        with pytest.raises(ValueError, match="activation 'clamp' is not one of"):
+            ops.linear(g, xin, g.add_tensorref(dense, "wf2"), act="clamp")
         with pytest.raises(ValueError, match=rf"residual \({m}, 39\) is not the output's \({m}, 40\)"):
             ops.linear(g, xin, g.add_tensorref(raw, "wq2", quant="q4_1"), residual=g.add_tensor((m, 39), np.float32))
         g.run_prepack()
         out = g.execute({"x": x, "r": res})
     np.testing.assert_allclose(out["yq"], res + x.astype(np.float64) @ deq.T, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out["yf"], res + x.astype(np.float64) @ dense.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out["yr"], res + np.maximum(x.astype(np.float64) @ deq.T, 0), rtol=1e-4, atol=1e-4)
 
 
 def test_quant_mismatch_is_named(device, compiler):

@@ -28,7 +28,8 @@ LINEAR_TOKENS_CPU = 8
 #: tiled 0.5-0.9 s); SwiftShader's keeps it in memory (linear_4x4 7.5 s, tiled 11.3 s)
 TILED_LINEAR_RENDERERS = {"lavapipe"}
 #: False: the GPU kernels everywhere, also on CPU renderers (tests run both; benchmarks/gemv.py
-#: compares the two): the quantized linear's layout (_linear_quant) and attention (sdpa)
+#: compares the two): the linears' layouts (_linear_quant, _linear_tiled), the norms (_norm) and
+#: attention (sdpa)
 CPU_KERNELS = True
 
 
@@ -89,9 +90,10 @@ LINEAR_ACTS = {"silu", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh"}  # linear
 def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None,
            residual: ValueRef | None = None, act: str = "") -> ValueRef:
     """``y = x @ weight.T (+ bias) (+ residual)``; ``weight`` is ``[out_features, in_features]``:
-    fp32 (packed in 4x4 blocks) or GGML-quantized (q4_0, q4_1, q8_0;
-    packed into quant words + scales). ``act`` (one of :data:`LINEAR_ACTS`) is applied to ``x @ weight.T + bias``, then ``residual`` (``[M, N]``, a skip
-    connection) added; both in the linear's own dispatch where its kernel can."""
+    fp32 (packed in 4x4 blocks) or GGML-quantized (q4_0, q4_1, q8_0; packed into quant words +
+    scales). ``act`` (one of :data:`LINEAR_ACTS`) is applied to ``x @ weight.T + bias``, then
+    ``residual`` (``[M, N]``, a skip connection) added; both in the linear's own dispatch where
+    its kernel can."""
     x, xt = _buffer(g, x, "linear input")
     out_shape = (xt.shape[0], g.values[weight].shape[0])
     if residual is not None and tuple(g.values[residual].shape) != out_shape:
@@ -108,7 +110,8 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
         if bias is not None:
             raise ValueError("linear: a bias with quantized weights is not supported")
         if act:
-            y = unary(g, linear(g, x, weight), act)
+            _linear_quant(g, y, x, w_ref, m, n, k)
+            y = unary(g, y, act)
             return y if residual is None else add(g, residual, y)
         _linear_quant(g, y, x, w_ref, m, n, k, residual)
         return y
@@ -792,6 +795,7 @@ def linear_qw(g: ComputeGraph, x: ValueRef, weight: ValueRef, scales: ValueRef, 
                                 {"BITS": bits, "HAS_ZP": int(zero_points is not None), "HAS_BIAS": int(bias is not None),
                                  "HI_FIRST": int(high_first)}))
     return y
+
 
 def embedding_qw(g: ComputeGraph, ids: ValueRef, weight: ValueRef, scales: ValueRef, *, bits: int, group_size: int,
                  zero_points: ValueRef | None = None, high_first: bool = False) -> ValueRef:
