@@ -443,7 +443,7 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
     if CPU_KERNELS and g.device.is_cpu and dh % 4 == 0 and dh <= 256:
         # CPU renderers: an invocation per query row, one pass (glsl/sdpa_rows.glsl); a
         # workgroup's barriers per row cost more there than the row's work
-        texel = max(qt.nbytes, kt.nbytes) // 16 <= g.device.limits["maxTexelBufferElements"]
+        texel = all(_texel_ok(g, r, g.values[r].nbytes, 16) for r in args[1:4])
         g.add_dispatch(DispatchNode("sdpa_rows", args, push, {0: CPU_LOCAL},
                                     (dispatch_groups(batch * t * heads, CPU_LOCAL, g.max_groups_x), 1, 1),
                                     {"DYNAMIC_POS": dynamic, "DH": dh, "TEXEL": int(texel)},

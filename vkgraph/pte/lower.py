@@ -717,17 +717,19 @@ def _group_norm(L: Lowering, x: int, w: int, b: int, n: int, c: int, hw: int, gr
     L.set(L.arg(out)[0] if L.vk(out).kind == "value_list" else out, y)
 
 
+def _start(L: Lowering, start: int) -> ValueRef:
+    """A constant start position as the int32 tensor the position-reading ops take (one per
+    delegate and value)."""
+    key = f"{L.label}.start{start}"
+    ref = L.g.names.get(key)
+    return L.g.prepack_tensor(ref if ref is not None else L.g.add_tensorref(np.array([start], np.int32), key))
+
+
 def _rotary(hf: bool) -> Callable:
     def build(L: Lowering, xq: int, xk: int, cos: int, sin: int, *rest: int) -> None:
         outs = L.arg(rest[-1])
         pos = rest[0] if hf else None  # the HF op's start position: a SymInt read on the device, or a number
-        if pos in L.symints:
-            step = L.symints[pos]
-        else:
-            start = int(L.arg(pos)) if hf else 0
-            key = f"{L.label}.start{start}"
-            ref = L.g.names.get(key)
-            step = L.g.prepack_tensor(ref if ref is not None else L.g.add_tensorref(np.array([start], np.int32), key))
+        step = L.symints[pos] if pos in L.symints else _start(L, int(L.arg(pos)) if hf else 0)
         cd = L.dims(cos)
         per_head = not hf and len(cd) == 3
         cr = L.g.add_view(L.t(cos), (int(np.prod(cd[:-1])), cd[-1]))
@@ -748,8 +750,7 @@ def _rotary_interleaved(L: Lowering, x: int, freqs: int, out: int) -> None:
     if fc.size != n * c or c % 2:
         raise L.error(f"freqs_cis of {fc.size} values does not fit x {L.dims(x)}")
     pairs = lambda k: L.derived(f"freqs{freqs}.{k}", lambda: np.asarray(fc, np.float32).reshape(n, c // 2, 2)[..., k])  # noqa: E731
-    step = L.g.prepack_tensor(L.g.names.get(f"{L.label}.start0") or L.g.add_tensorref(np.array([0], np.int32), f"{L.label}.start0"))
-    L.set(out, ops.rotary(L.g, L.t(x), pairs(0), pairs(1), step, heads=1, seq=n, interleaved=True))
+    L.set(out, ops.rotary(L.g, L.t(x), pairs(0), pairs(1), _start(L, 0), heads=1, seq=n, interleaved=True))
 
 
 def _conv_transposed(L: Lowering, x: int, w: int, b: int, stride: int, pad: int, dil: int, groups: int, out: int) -> None:
@@ -1017,13 +1018,10 @@ def _embedding_4bit_dtype(L: Lowering, w: int, scales: int, zeros: int, qmin: in
 
 def _embedding_4bit(L: Lowering, w: int, scales: int, zeros: int | None, ids: int, out: int, group: int, *,
                     high_first: bool) -> None:
-    v = L.dims(w)[0]
-    n = int(np.prod(L.dims(scales)))
-    sc = L.derived(f"emb_scales{scales}", lambda: np.asarray(L.const(scales), np.float32).reshape(v, -1)) \
-        if L.const(scales) is not None else None
-    if sc is None or L.const(w) is None or (zeros is not None and L.const(zeros) is None):
+    if any(L.const(i) is None for i in (w, scales, *([zeros] if zeros is not None else []))):
         raise L.error("a quantized embedding table, its scales and zero points must be constants")
-    zp = None if zeros is None else L.derived(f"emb_zp{zeros}", lambda: np.asarray(L.const(zeros), np.float32).reshape(n))
+    as_rows = lambda i: L.derived(f"emb{i}", lambda: np.asarray(L.const(i), np.float32).reshape(L.dims(w)[0], -1))  # noqa: E731
+    sc, zp = as_rows(scales), None if zeros is None else as_rows(zeros)
     flat = L.g.add_view(L.ids(ids), (int(np.prod(L.dims(ids))),))
     L.set(out, ops.embedding_qw(L.g, flat, L.weight(w), sc, bits=4, group_size=group, zero_points=zp,
                                 high_first=high_first))
@@ -1095,7 +1093,8 @@ OPS: dict[str, Callable[..., None]] = {
     "aten.permute_copy.default": _permute, "aten.select_copy.int": _select, "aten.slice_copy.Tensor": _slice,
     "aten.cat.default": _cat, "aten.expand_copy.default": _expand, "aten.repeat.default": _repeat,
     "aten.embedding.default": _embedding, "et_vk.embedding_q4gsw.default": _embedding_q4gsw,
-    "quantized_decomposed.embedding_4bit.dtype": _embedding_4bit_dtype, "et_vk.sdpa.default": _et_vk_sdpa, "aten.split_with_sizes_copy.default": _split, "aten.t_copy.default": _t,
+    "quantized_decomposed.embedding_4bit.dtype": _embedding_4bit_dtype, "et_vk.sdpa.default": _et_vk_sdpa,
+    "aten.split_with_sizes_copy.default": _split, "aten.t_copy.default": _t,
     "aten.flip.default": _flip, "aten.index_select.default": _index_select,
     "aten.constant_pad_nd.default": _constant_pad, "aten.upsample_nearest2d.vec": _upsample_nearest,
     "aten.upsample_bilinear2d.vec": _upsample_bilinear,
