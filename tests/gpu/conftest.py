@@ -34,6 +34,13 @@ def child_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
 
 
+def hit_path(device) -> str:
+    """How a packed-cache hit or a page-aligned program weight gets its memory on ``device``:
+    "zero-copy" (the file's pages imported) where its memory is the host's and it imports host
+    memory (lavapipe, SwiftShader), else "copy" (a discrete GPU reads its own memory)."""
+    return "zero-copy" if device.unified_memory and device.has_external_memory_host else "copy"
+
+
 def assert_no_vulkan_messages(stderr: str, what: str = "child process") -> None:
     reported = reported_messages(stderr)
     assert not reported, f"{what}: the validation layer or loader reported:\n" + "\n".join(reported[:20])

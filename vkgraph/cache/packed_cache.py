@@ -59,11 +59,13 @@ def _probe_file_imports(device: Device, pages: memoryview) -> Exception | None:
 
 def imports_file_pages(dev: Device, page: memoryview, what: str) -> bool:
     """Whether ``dev`` takes file-backed pages (``page``: one page of a file mapping) as device
-    memory: it needs VK_EXT_external_memory_host, and drivers may still refuse file-backed pages
-    (Mesa and IREE probe for it), so one page is imported once per device and driver to find
-    out; the answer is remembered in the user cache dir. ``what`` names what is copied instead."""
+    memory: only where its memory is the host's (a discrete GPU would read them across the bus
+    on every dispatch: it gets copies in its own memory), it needs VK_EXT_external_memory_host,
+    and drivers may still refuse file-backed pages (Mesa and IREE probe for it), so one page is
+    imported once per device and driver to find out; the answer is remembered in the user cache
+    dir. ``what`` names what is copied instead."""
     align = dev.physical.min_imported_host_pointer_alignment
-    if not (dev.has_external_memory_host and align and PAGE % align == 0):
+    if not (dev.unified_memory and dev.has_external_memory_host and align and PAGE % align == 0):
         return False
     if dev not in FILE_IMPORTS:
         path, known, ident = _remembered_imports(dev)

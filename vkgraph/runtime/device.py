@@ -169,6 +169,14 @@ class Device(VkObject):
         return self.physical.type == "cpu"
 
     @property
+    def unified_memory(self) -> bool:
+        """Device-local memory is the host's own memory (integrated GPUs, CPU renderers), so host
+        pages imported as device memory are read at memory speed. A discrete GPU would read them
+        across the bus on every dispatch (SmolLM2 decode on an H100 with NVIDIA 580.159: 169-179
+        tok/s with packed weights in device memory, 75-81 with them imported from host pages)."""
+        return self.physical.type in ("integrated-gpu", "cpu")
+
+    @property
     def validation(self) -> bool:
         return self.instance.validation
 

@@ -277,11 +277,11 @@ def embed_bench(model: str, batches: list[int], repeat: int = 5, config_path: st
     from ..models.safetensors import SafetensorsFile
     from ..models.wordpiece import WordPieceTokenizer
 
+    if repeat < 1 or not batches or min(batches) < 1:  # before the model: the arguments are wrong either way
+        raise ValueError(f"--repeat and every --batch must be >= 1, got {repeat} and {batches}")
     ref = resolve(model)
     if ref.kind != "bert":
         raise ValueError(f"bench embed runs BERT encoders (minilm or a checkpoint directory), not {model!r}")
-    if repeat < 1 or not batches or min(batches) < 1:
-        raise ValueError(f"--repeat and every --batch must be >= 1, got {repeat} and {batches}")
     bert = minilm.BertConfig.from_file(ref.path / "config.json")
     tok = WordPieceTokenizer(ref.path / "tokenizer.json")
     cfg = config_for("staged", config_path, model)
