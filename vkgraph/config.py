@@ -151,7 +151,7 @@ class GraphOptions:
     """Storage overrides, as ET-VK's GraphConfig has them ("" = each op's default: buffers)."""
 
     storage: str = _key(CHOICE, "graph.storage", ("", "buffer", "texture3d"))
-    memory_layout: str = _key(CHOICE, "graph.memory_layout", ("", "channels_packed", "width_packed"))
+    memory_layout: str = _key(CHOICE, "graph.memory_layout", ("", "channels_packed", "width_packed", "height_packed"))
 
 
 @dataclass(frozen=True)

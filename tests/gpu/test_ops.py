@@ -620,16 +620,18 @@ def test_log_softmax(device, compiler):
     np.testing.assert_allclose(out, x - m - np.log(np.exp(x - m).sum(1, keepdims=True)), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("layout", [None, "channels_packed"])
 @pytest.mark.parametrize("max_pool", [True, False])
 @pytest.mark.parametrize("k,s,p,count_pad", [((2, 2), (2, 2), (0, 0), True), ((3, 3), (2, 2), (1, 1), True),
                                              ((3, 3), (2, 2), (1, 1), False)])
-def test_pool2d(device, compiler, max_pool, k, s, p, count_pad):
-    x = rng_for(2, 3, 9, 8).standard_normal((2, 3, 9, 8)).astype(np.float32)
+def test_pool2d(device, compiler, max_pool, k, s, p, count_pad, layout):
+    """Buffers, and channels-packed textures (5 channels: the second texel plane is padded)."""
+    x = rng_for(2, 5, 9, 8).standard_normal((2, 5, 9, 8)).astype(np.float32)
     ho, wo = (9 + 2 * p[0] - k[0]) // s[0] + 1, (8 + 2 * p[1] - k[1]) // s[1] + 1
     out, _ = run(device, compiler, lambda g, r: ops.pool2d(g, r["x"], (ho, wo), k, s, p, max_pool=max_pool,
-                                                           count_include_pad=count_pad), {"x": x})
+                                                           count_include_pad=count_pad, layout=layout), {"x": x})
     pad = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])), constant_values=np.nan)
-    ref = np.empty((2, 3, ho, wo), np.float32)
+    ref = np.empty((2, 5, ho, wo), np.float32)
     for i in range(ho):
         for j in range(wo):
             win = pad[:, :, i * s[0]:i * s[0] + k[0], j * s[1]:j * s[1] + k[1]]

@@ -56,6 +56,34 @@ def test_program_matches_pytorch(device, name):
         assert_close(prog.run(*inputs), refs)  # the recorded command buffers run again
 
 
+@pytest.mark.parametrize("storage", ["", "buffer", "texture3d"])
+@pytest.mark.parametrize("name", ["encoder", "convnet", "tiny_llama"])
+def test_tensors_are_held_in_the_storage_the_program_asks_for(device, name, storage):
+    """graph.storage "" (the default) holds each tensor in the storage and layout the program
+    asks for wherever vkgraph has a texture kernel for the op computing it, "texture3d" asks
+    textures for every tensor, "buffer" keeps them all in buffers: the same results."""
+    inputs, refs = fixture(name)
+    with load(name, device, graph__storage=storage) as prog:
+        assert_close(prog.run(*inputs), refs)
+        held = [(lw, i, prog_g.values[lw.refs[i]]) for prog_g, lw in prog.graphs for i in lw.asked_textures]
+        textures = [(lw, i, t) for lw, i, t in held if t.storage == "texture3d"]
+        if storage == "buffer":
+            assert not held and not any(t.storage == "texture3d" for g, _ in prog.graphs for t in g.values
+                                        if hasattr(t, "storage"))
+        else:
+            assert len(textures) >= len(held) // 2 > 0
+            assert all(t.layout == lw.texture_layout(i) for lw, i, t in textures)
+
+
+def test_ops_without_texture_kernels_are_named_once(device):
+    """What vkgraph cannot hold in the textures a program asks for is said once per program."""
+    with pytest.warns(UserWarning, match=r"resample.pte: 3 of 4 tensors that the program asks to hold in textures are "
+                                         r"in buffers \(ops vkgraph runs on buffers only: "
+                                         r"aten.upsample_bilinear2d.vec \(3\)\)") as seen:
+        load_program(PROGRAMS / "resample.pte", GraphConfig(), device=device).close()
+    assert len(seen) == 1
+
+
 @pytest.mark.parametrize("name", QUANT)
 def test_quantized_program_matches_pytorch(device, name):
     inputs, refs = fixture(name)

@@ -4,7 +4,6 @@ pipelines, memory, prepack and execute are delegated (ARCHITECTURE.md §2, §3).
 from __future__ import annotations
 
 import contextlib
-import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -21,7 +20,7 @@ from .nodes import DispatchNode, PrepackNode, dispatch_groups
 from .packers import Packer, get_packer
 from .prepack import Prepacker, ProgressFn
 from .report import LoadReport
-from .values import ArraySource, ByteSource, IOStaging, Tensor, TensorRef, ValueRef
+from .values import ArraySource, ByteSource, IOStaging, Tensor, TensorRef, ValueRef, gather_params
 from .windows import row_windows
 
 
@@ -187,9 +186,8 @@ class ComputeGraph:
         """A dispatch that copies texture tensor ``ref`` into a new NCHW buffer tensor."""
         t: Tensor = self.values[ref]
         out = self.add_tensor(t.shape, np.float32)
-        self.add_dispatch(DispatchNode("image_to_nchw", [ref, out], struct.pack("<IIII", *t.sizes()), {0: 64},
-                                       (dispatch_groups(int(np.prod(t.shape)), 64, self.max_groups_x), 1, 1),
-                                       {"CHANNELS_PACKED": int(t.layout != "width_packed")}))
+        self.add_dispatch(DispatchNode("image_to_nchw", [ref, out], t.texture_params(), {0: 64},
+                                       (dispatch_groups(int(np.prod(t.shape)), 64, self.max_groups_x), 1, 1)))
         return out
 
     def buffer_to_texture(self, ref: ValueRef, layout: str = "channels_packed") -> ValueRef:
@@ -197,9 +195,8 @@ class ComputeGraph:
         t: Tensor = self.values[ref]
         out = self.add_texture(t.shape, layout)
         texels = int(np.prod(self.values[out].extents()))
-        self.add_dispatch(DispatchNode("nchw_to_image", [ref, out], struct.pack("<IIII", *t.sizes()), {0: 64},
-                                       (dispatch_groups(texels, 64, self.max_groups_x), 1, 1),
-                                       {"CHANNELS_PACKED": int(layout != "width_packed")}))
+        self.add_dispatch(DispatchNode("gather_texture", [ref, out], gather_params(self.values[out], t), {0: 64},
+                                       (dispatch_groups(texels, 64, self.max_groups_x), 1, 1), {"SRC_TEXTURE": 0}))
         return out
 
     def prepack_tensor(self, src: ValueRef, packer: str | Packer | None = None, name: str | None = None) -> ValueRef:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import PrepackMismatchError
 from ..ggml import BLOCK_WEIGHTS, FORMATS
-from .values import Tensor, TensorRef
+from .values import TEXTURE_LAYOUTS, Tensor, TensorRef, gather_params
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -164,17 +164,17 @@ class Conv2dC4Packer(Packer):
 
 
 class TexturePacker(Packer):
-    """The standard packer: an NCHW fp32 tensor (1-4 dims) into a 3-D texture, channels- or
-    width-packed (glsl/nchw_to_image.glsl, layouts in glsl/texture_layout.h)."""
+    """The standard packer: an NCHW fp32 tensor (1-4 dims) into a 3-D texture, width-, height-
+    or channels-packed (glsl/gather_texture.glsl, layouts in glsl/texture_layout.h)."""
 
-    shader = "nchw_to_image"
+    shader = "gather_texture"
     storage = "texture3d"
-    push_nbytes = 16
+    push_nbytes = 60
+    defines = {"SRC_TEXTURE": 0}
 
     def __init__(self, layout: str):
         self.layout = layout  # type: ignore[misc]
         self.name = f"texture3d_{layout}"  # type: ignore[misc]
-        self.defines = {"CHANNELS_PACKED": int(layout == "channels_packed")}
 
     def make_dst(self, src: TensorRef, name: str) -> Tensor:
         return Tensor(name, src.shape, src.dtype, self.layout, constant=True, storage="texture3d")
@@ -183,7 +183,7 @@ class TexturePacker(Packer):
         return self.make_dst(src, "").nbytes
 
     def push_constants(self, src: TensorRef) -> bytes:
-        return struct.pack("<IIII", *Tensor("", src.shape, src.dtype).sizes())
+        return gather_params(self.make_dst(src, ""), Tensor("", src.shape, src.dtype))
 
     def work_items(self, dst: Tensor) -> int:
         return int(np.prod(dst.extents()))
@@ -259,7 +259,7 @@ class QuantPacker(Packer):
 PACKERS: dict[str, Packer] = {
     p.name: p
     for p in (IdentityPacker(), TransposedPacker(), Linear4x4Packer(), Conv2dC4Packer(),
-              TexturePacker("channels_packed"), TexturePacker("width_packed"), *(QuantPacker(f) for f in FORMATS))
+              *(TexturePacker(layout) for layout in TEXTURE_LAYOUTS), *(QuantPacker(f) for f in FORMATS))
 }
 
 

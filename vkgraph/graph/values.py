@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 import xxhash
@@ -171,6 +172,11 @@ class TensorRef:
         return self.source.nbytes
 
 
+#: ET-VK's texture layouts and the dim each packs four of into a texel (glsl/texture_layout.h).
+PACKED_DIM = {"width_packed": 0, "height_packed": 1, "channels_packed": 2}
+TEXTURE_LAYOUTS = tuple(PACKED_DIM)
+
+
 @dataclass
 class Tensor:
     """A device tensor. ``layout`` names how its bytes are arranged (``"contiguous"`` or a packed
@@ -184,7 +190,7 @@ class Tensor:
     nbytes: int = 0
     constant: bool = False  # a prepacked weight
     buffer: Buffer | None = None
-    storage: str = "buffer"  # or "texture3d": an RGBA32F 3-D image, `layout` channels/width_packed
+    storage: str = "buffer"  # or "texture3d": an RGBA32F 3-D image, `layout` one of TEXTURE_LAYOUTS
     image: Image3D | None = None
     view_of: int | None = None  # a view: the ValueRef of the tensor whose buffer it shares
 
@@ -199,15 +205,41 @@ class Tensor:
         return (1,) * (4 - len(self.shape)) + tuple(self.shape)[-4:]  # type: ignore[return-value]
 
     def extents(self) -> tuple[int, int, int]:
-        """Texels of the texture: channels-packed (W, H, N*ceil(C/4)), width-packed (ceil(W/4), H, N*C)."""
+        """Texels of the texture: width-packed (ceil(W/4), H, N*C), height-packed (W, ceil(H/4),
+        N*C), channels-packed (W, H, N*ceil(C/4))."""
         n, c, h, w = self.sizes()
         if self.layout == "width_packed":
             return ((w + 3) // 4, h, n * c)
+        if self.layout == "height_packed":
+            return (w, (h + 3) // 4, n * c)
         return (w, h, n * ((c + 3) // 4))
+
+    def texture_params(self) -> bytes:
+        """Push constants that describe this texture to glsl/texture_layout.h: sizes, packed dim."""
+        return struct.pack("<5I", *self.sizes(), PACKED_DIM[self.layout])
 
     @property
     def resource(self) -> Buffer | Image3D | None:
         return self.image if self.storage == "texture3d" else self.buffer
+
+
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    """Element strides of a C-contiguous tensor of ``shape``."""
+    strides, acc = [], 1
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= int(dim)
+    return strides[::-1]
+
+
+def gather_params(out: Tensor, src: Tensor, strides: Sequence[int] | None = None, base: int = 0) -> bytes:
+    """Push constants of glsl/gather_texture.glsl: texture ``out``'s element ``e`` is element
+    ``base + e . strides`` of ``src`` (a buffer or a texture; default strides: a copy of a
+    contiguous src of out's element count). Strides wrap modulo 2^32 (negative ones flip)."""
+    wrap = [int(s) & 0xFFFFFFFF for s in (contiguous_strides(out.shape) if strides is None else strides)]
+    on_texture = src.storage == "texture3d"
+    return struct.pack("<15I", *out.sizes(), *src.sizes(), *([0] * (4 - len(wrap)) + wrap), int(base) & 0xFFFFFFFF,
+                       PACKED_DIM[out.layout], PACKED_DIM[src.layout] if on_texture else 0)
 
 
 @dataclass

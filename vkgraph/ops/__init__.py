@@ -12,7 +12,7 @@ from ..errors import UnsupportedFeatureError
 from ..ggml import FORMATS
 from ..graph.compute_graph import ComputeGraph
 from ..graph.nodes import DispatchNode, dispatch_groups
-from ..graph.values import Tensor, TensorRef, ValueRef
+from ..graph.values import PACKED_DIM, TEXTURE_LAYOUTS, Tensor, TensorRef, ValueRef, contiguous_strides, gather_params
 from ..graph.windows import row_windows
 
 LOCAL_SIZE = 64
@@ -88,12 +88,15 @@ LINEAR_ACTS = {"silu", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh"}  # linear
 
 
 def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None,
-           residual: ValueRef | None = None, act: str = "") -> ValueRef:
+           residual: ValueRef | None = None, act: str = "", layout: str | None = None) -> ValueRef:
     """``y = x @ weight.T (+ bias) (+ residual)``; ``weight`` is ``[out_features, in_features]``:
     fp32 (packed in 4x4 blocks) or GGML-quantized (q4_0, q4_1, q8_0; packed into quant words +
     scales). ``act`` (one of :data:`LINEAR_ACTS`) is applied to ``x @ weight.T + bias``, then
     ``residual`` (``[M, N]``, a skip connection) added; both in the linear's own dispatch where
-    its kernel can."""
+    its kernel can. With ``layout="width_packed"`` (fp32 weights, no residual or activation)
+    ``x`` may have up to 4 dims ``[..., K]`` and ``y`` ``[..., N]`` is a width-packed texture."""
+    if layout is not None:
+        return _linear_texture(g, x, weight, bias, layout)
     x, xt = _buffer(g, x, "linear input")
     out_shape = (xt.shape[0], g.values[weight].shape[0])
     if residual is not None and tuple(g.values[residual].shape) != out_shape:
@@ -130,6 +133,30 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     if act:
         y = unary(g, y, act)
     return y if residual is None else add(g, residual, y)
+
+
+def _linear_texture(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None, layout: str) -> ValueRef:
+    """An fp32 linear on width-packed textures (glsl/linear_texture.glsl)."""
+    xt = _tensor(g, x, "linear input")
+    w_ref = _weight(g, weight, "linear_4x4")
+    w = g.values[w_ref]
+    if layout != "width_packed" or w.layout != "linear_4x4" or w.nbytes > g.max_binding_nbytes:
+        raise ValueError(f"linear: textures need fp32 weights within one binding, width-packed; not {w.layout} "
+                         f"{w.nbytes} bytes, {layout}")
+    if not 1 <= len(xt.shape) <= 4 or xt.shape[-1] != w.shape[1]:
+        raise ValueError(f"linear: input {xt.shape} and weight {w.shape} do not fit ([..., K] x [N, K])")
+    x = to_texture(g, x, "width_packed")
+    n = w.shape[0]
+    extra = []
+    if bias is not None:
+        if tuple(g.values[bias].shape) != (n,):
+            raise ValueError(f"linear: bias {g.values[bias].shape} does not match {n} output features")
+        extra.append(_weight(g, bias, "identity"))
+    y = g.add_texture((*xt.shape[:-1], n), "width_packed")
+    g.add_dispatch(DispatchNode("linear_texture", [y, x, w_ref, *extra], struct.pack("<II", xt.shape[-1], n),
+                                {0: LOCAL_SIZE}, _groups(g, int(np.prod(g.values[y].extents()))),
+                                {"HAS_BIAS": int(bias is not None)}))
+    return y
 
 
 def _texel_ok(g: ComputeGraph, binding: ValueRef | tuple, total_nbytes: int, texel_nbytes: int) -> bool:
@@ -207,10 +234,42 @@ def _dims4(name: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
-def binary(g: ComputeGraph, a: ValueRef, b: ValueRef, op: str, alpha: float = 1.0) -> ValueRef:
+def _texture_operand(g: ComputeGraph, ref: ValueRef, layout: str, what: str) -> ValueRef:
+    """``ref`` as a texture for glsl/elementwise_texture.glsl, which reads any layout: a constant
+    packed by the standard packer into ``layout``, a buffer converted, a texture as it is."""
+    value = g.values[ref]
+    if isinstance(value, TensorRef):
+        if 1 <= len(value.shape) <= 4 and value.dtype == np.float32:
+            return g.prepack_tensor(ref, f"texture3d_{layout}")
+        ref = g.prepack_tensor(ref)
+    t = _tensor(g, ref, what)
+    return ref if t.storage == "texture3d" else g.buffer_to_texture(ref, layout)
+
+
+def _elementwise_texture(g: ComputeGraph, arity: int, inputs: list[ValueRef], layout: str, what: str,
+                         params: tuple[float, ...], defines: dict[str, int]) -> ValueRef:
+    """An elementwise op on textures: the output a ``layout`` texture of the inputs' broadcast
+    shape (up to 4 dims), the inputs textures of any layout (converted or packed if not)."""
+    refs = [_texture_operand(g, r, layout, f"{what} input {k}") for k, r in enumerate(inputs)]
+    ts = [g.values[r] for r in refs]
+    out = g.add_texture(_dims4(what, *(t.shape for t in ts)), layout)
+    ot = g.values[out]
+    sizes = [ot.sizes()] + [t.sizes() for t in ts] + [(1, 1, 1, 1)] * (3 - arity)
+    packed = [PACKED_DIM[t.layout] for t in (ot, *ts)] + [0] * (3 - arity)
+    same = [int(t.sizes() == ot.sizes() and t.layout == ot.layout) for t in ts] + [0] * (4 - arity)
+    push = struct.pack("<24I4f", *(d for s in sizes for d in s), *packed, *same, *params, *(0.0,) * (4 - len(params)))
+    g.add_dispatch(DispatchNode("elementwise_texture", [out, *refs], push, {0: LOCAL_SIZE},
+                                _groups(g, int(np.prod(ot.extents()))), {"ARITY": arity, **defines}))
+    return out
+
+
+def binary(g: ComputeGraph, a: ValueRef, b: ValueRef, op: str, alpha: float = 1.0, layout: str | None = None) -> ValueRef:
     """Elementwise ``a OP b`` with numpy broadcasting (up to 4 dims); ``op`` is one of
     :data:`BINARY_OPS` (comparisons and logic give 1.0 or 0.0); ``alpha`` scales ``b`` in add
-    and sub."""
+    and sub. With ``layout`` (one of TEXTURE_LAYOUTS) the output is a texture in it, and the
+    op reads textures (glsl/elementwise_texture.glsl)."""
+    if layout:
+        return _elementwise_texture(g, 2, [a, b], layout, op, (alpha,), {"OP": BINARY_OPS[op]})
     a, at = _buffer(g, a, f"{op} input a")
     b = _weight(g, b, "identity")
     b, bt = _buffer(g, b, f"{op} input b")
@@ -244,8 +303,11 @@ def silu_mul(g: ComputeGraph, a: ValueRef, b: ValueRef) -> ValueRef:
     return binary(g, a, b, "silu_mul")
 
 
-def where(g: ComputeGraph, cond: ValueRef, a: ValueRef, b: ValueRef) -> ValueRef:
-    """``a`` where ``cond`` is non-zero, else ``b`` (numpy broadcasting, up to 4 dims)."""
+def where(g: ComputeGraph, cond: ValueRef, a: ValueRef, b: ValueRef, layout: str | None = None) -> ValueRef:
+    """``a`` where ``cond`` is non-zero, else ``b`` (numpy broadcasting, up to 4 dims); with
+    ``layout``, on textures as :func:`binary`."""
+    if layout:
+        return _elementwise_texture(g, 3, [cond, a, b], layout, "where", (), {})
     refs = []
     for what, ref in (("condition", cond), ("a", a), ("b", b)):
         refs.append(_buffer(g, _weight(g, ref, "identity"), f"where {what}"))
@@ -266,17 +328,20 @@ _COMPARE = ("gt", "lt", "ge", "le", "eq", "ne")
 
 
 def unary(g: ComputeGraph, a: ValueRef, op: str, p0: float = 0.0, p1: float = 0.0, p2: float = 0.0,
-          p3: float = 0.0) -> ValueRef:
+          p3: float = 0.0, layout: str | None = None) -> ValueRef:
     """Elementwise ``f(a)`` for ``op`` in :data:`UNARY_OPS`: clamp to ``[p0, p1]``, affine
     ``a * p0 + p1``, ``pow(a, p0)``, comparisons with the scalar ``p0`` (1.0 or 0.0), ``rdiv``
     ``p0 / a``, ``rsub`` ``p0 - a``, ``leaky_relu`` slope ``p0``, ``hardshrink`` lambda ``p0``,
-    ``quantize`` ``clamp(round(a * p0) + p1, p2, p3)`` (inverse scale, zero point, range)."""
-    a, at = _buffer(g, a, f"{op} input")
-    out = g.add_tensor(at.shape, np.float32)
-    n = at.nbytes // 4
+    ``quantize`` ``clamp(round(a * p0) + p1, p2, p3)`` (inverse scale, zero point, range). With
+    ``layout``, on textures as :func:`binary`."""
     defines = {"OP": UNARY_OPS[op]}
     if op in _COMPARE:
         defines["OP2"] = _COMPARE.index(op)
+    if layout:
+        return _elementwise_texture(g, 1, [a], layout, op, (p0, p1, p2, p3), defines)
+    a, at = _buffer(g, a, f"{op} input")
+    out = g.add_tensor(at.shape, np.float32)
+    n = at.nbytes // 4
     g.add_dispatch(DispatchNode("unary", [out, a], struct.pack("<Iffff", n, p0, p1, p2, p3), {0: LOCAL_SIZE}, _groups(g, n),
                                 defines))
     return out
@@ -290,27 +355,54 @@ def relu(g: ComputeGraph, a: ValueRef) -> ValueRef:
     return unary(g, a, "relu")
 
 
-def gelu(g: ComputeGraph, a: ValueRef, approximate: str = "none") -> ValueRef:
+def gelu(g: ComputeGraph, a: ValueRef, approximate: str = "none", layout: str | None = None) -> ValueRef:
     """GELU, exact (erf) form or ``approximate="tanh"``."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
-    return unary(g, a, "gelu" if approximate == "none" else "gelu_tanh")
+    return unary(g, a, "gelu" if approximate == "none" else "gelu_tanh", layout=layout)
 
 
-def layer_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef, eps: float = 1e-5) -> ValueRef:
-    """LayerNorm over the last dimension of a ``[M, D]`` tensor."""
-    return _norm(g, "layer_norm", x, [weight, bias], eps)
+def layer_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef, eps: float = 1e-5,
+               layout: str | None = None) -> ValueRef:
+    """LayerNorm over the last dimension of a ``[M, D]`` tensor (with ``layout="width_packed"``:
+    of a texture of up to 4 dims, into one)."""
+    return _norm(g, "layer_norm", x, [weight, bias], eps, layout)
 
 
-def rms_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, eps: float = 1e-6) -> ValueRef:
-    """RMSNorm over the last dimension of a ``[M, D]`` tensor, scaled by ``weight[D]``."""
-    return _norm(g, "rms_norm", x, [weight], eps)
+def rms_norm(g: ComputeGraph, x: ValueRef, weight: ValueRef, eps: float = 1e-6, layout: str | None = None) -> ValueRef:
+    """RMSNorm over the last dimension of a ``[M, D]`` tensor, scaled by ``weight[D]`` (with
+    ``layout``, as :func:`layer_norm`)."""
+    return _norm(g, "rms_norm", x, [weight], eps, layout)
 
 
-def _norm(g: ComputeGraph, kind: str, x: ValueRef, params: list[ValueRef], eps: float) -> ValueRef:
+ROW_TEXTURE_OPS = {"softmax": 0, "log_softmax": 1, "layer_norm": 2, "rms_norm": 3}  # glsl/rows_texture.glsl
+
+
+def _rows_texture(g: ComputeGraph, kind: str, x: ValueRef, params: list[ValueRef], eps: float, layout: str) -> ValueRef:
+    """``kind`` over the last dim of a texture of up to 4 dims, into a width-packed texture (a
+    row per invocation; x converted to width-packed first if it is not)."""
+    xt = _tensor(g, x, f"{kind} input")
+    if layout != "width_packed" or not 1 <= len(xt.shape) <= 4:
+        raise ValueError(f"{kind}: on textures, width-packed inputs of 1-4 dims; not {layout} {xt.shape}")
+    d = xt.shape[-1]
+    for what, ref in zip(("weight", "bias"), params):
+        if tuple(g.values[ref].shape) != (d,):
+            raise ValueError(f"{kind}: {what} {g.values[ref].shape} does not match dimension {d}")
+    x = to_texture(g, x, "width_packed")
+    out = g.add_texture(xt.shape, "width_packed")
+    _, h, z = g.values[out].extents()
+    g.add_dispatch(DispatchNode("rows_texture", [out, x, *(_weight(g, p, "identity") for p in params)],
+                                struct.pack("<If", d, eps), {0: LOCAL_SIZE}, _groups(g, h * z), {"OP": ROW_TEXTURE_OPS[kind]}))
+    return out
+
+
+def _norm(g: ComputeGraph, kind: str, x: ValueRef, params: list[ValueRef], eps: float,
+          layout: str | None = None) -> ValueRef:
     """``kind`` (layer_norm: weight and bias; rms_norm: weight) of each row: a row per
     invocation on CPU renderers (glsl/norm_rows.glsl, D a multiple of 4), a workgroup per row
-    elsewhere."""
+    elsewhere; on textures glsl/rows_texture.glsl."""
+    if layout is not None:
+        return _rows_texture(g, kind, x, params, eps, layout)
     x, xt = _buffer(g, x, f"{kind} input")
     m, d = xt.shape
     for what, ref in zip(("weight", "bias"), params):
@@ -454,8 +546,11 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
     return out
 
 
-def softmax(g: ComputeGraph, x: ValueRef, log: bool = False) -> ValueRef:
-    """Softmax (or with ``log`` its logarithm) over the last dimension of a ``[M, D]`` tensor."""
+def softmax(g: ComputeGraph, x: ValueRef, log: bool = False, layout: str | None = None) -> ValueRef:
+    """Softmax (or with ``log`` its logarithm) over the last dimension of a ``[M, D]`` tensor
+    (with ``layout="width_packed"``: of a texture of up to 4 dims, into one)."""
+    if layout is not None:
+        return _rows_texture(g, "log_softmax" if log else "softmax", x, [], 0.0, layout)
     x, xt = _buffer(g, x, "softmax input")
     m, d = xt.shape
     out = g.add_tensor((m, d), np.float32)
@@ -464,9 +559,13 @@ def softmax(g: ComputeGraph, x: ValueRef, log: bool = False) -> ValueRef:
     return out
 
 
-def matmul(g: ComputeGraph, a: ValueRef, b: ValueRef, *, transpose_b: bool = False) -> ValueRef:
+def matmul(g: ComputeGraph, a: ValueRef, b: ValueRef, *, transpose_b: bool = False,
+           layout: str | None = None) -> ValueRef:
     """``a @ b`` (or ``a @ b.T``) for ``[M, K]`` x ``[K, N]`` or batched ``[B, M, K]`` x ``[B, K, N]``;
-    both operands may be runtime tensors or constants."""
+    both operands may be runtime tensors or constants. With ``layout="width_packed"`` (not
+    ``transpose_b``): up to 4 dims, leading dims equal or 1 in one operand, into a texture."""
+    if layout is not None:
+        return _matmul_texture(g, a, b, layout, transpose_b)
     a, at = _buffer(g, a, "matmul a")
     b = _weight(g, b, "identity")
     b, bt = _buffer(g, b, "matmul b")
@@ -480,6 +579,23 @@ def matmul(g: ComputeGraph, a: ValueRef, b: ValueRef, *, transpose_b: bool = Fal
     out = g.add_tensor((batch, m, n) if len(at.shape) == 3 else (m, n), np.float32)
     g.add_dispatch(DispatchNode("matmul", [out, a, b], struct.pack("<IIII", batch, m, n, k), {0: LOCAL_SIZE},
                                 _groups(g, batch * m * n), {"TRANSPOSE_B": int(transpose_b)}))
+    return out
+
+
+def _matmul_texture(g: ComputeGraph, a: ValueRef, b: ValueRef, layout: str, transpose_b: bool) -> ValueRef:
+    """``a @ b`` on width-packed textures (glsl/matmul_texture.glsl); operands converted to them."""
+    refs = [to_texture(g, _weight(g, r, "texture3d_width_packed"), "width_packed") for r in (a, b)]
+    at, bt = (g.values[r] for r in refs)
+    lead_a, lead_b = at.shape[:-2], bt.shape[:-2]
+    if layout != "width_packed" or transpose_b or not 2 <= len(at.shape) <= 4 or len(at.shape) != len(bt.shape) or \
+            at.shape[-1] != bt.shape[-2] or (lead_a != lead_b and 1 not in (np.prod(lead_a), np.prod(lead_b))):
+        raise ValueError(f"matmul: on textures a [..., M, K] and b [..., K, N] width-packed, not a {at.shape}, "
+                         f"b {bt.shape}, {layout}, transpose_b={transpose_b}")
+    lead = lead_a if np.prod(lead_a) >= np.prod(lead_b) else lead_b
+    out = g.add_texture((*lead, at.shape[-2], bt.shape[-1]), "width_packed")
+    push = struct.pack("<III", at.shape[-1], int(np.prod(lead_a) > 1), int(np.prod(lead_b) > 1))
+    g.add_dispatch(DispatchNode("matmul_texture", [out, *refs], push, {0: LOCAL_SIZE},
+                                _groups(g, int(np.prod(g.values[out].extents())))))
     return out
 
 
@@ -584,17 +700,15 @@ def upsample_bilinear(g: ComputeGraph, x: ValueRef, out_hw: tuple[int, int], *, 
 
 
 def to_texture(g: ComputeGraph, x: ValueRef, layout: str = "") -> ValueRef:
-    """``x`` in texture storage (channels- or width-packed; default: the config's
+    """``x`` in texture storage (width-, height- or channels-packed; default: the config's
     ``graph.memory_layout``, else channels-packed)."""
     layout = layout or g.config.graph.memory_layout or "channels_packed"
-    if layout not in ("channels_packed", "width_packed"):
-        raise ValueError(f"to_texture: layout must be channels_packed or width_packed, not {layout!r}")
+    if layout not in TEXTURE_LAYOUTS:
+        raise ValueError(f"to_texture: layout must be one of {', '.join(TEXTURE_LAYOUTS)}, not {layout!r}")
     t = _tensor(g, x, "to_texture input")
-    if t.storage == "texture3d":
-        if t.layout == layout:
-            return x
-        x = g.texture_to_buffer(x)
-    return g.buffer_to_texture(x, layout)
+    if t.storage == "texture3d" and t.layout == layout:
+        return x
+    return gather(g, x, t.shape, contiguous_strides(t.shape), layout=layout)
 
 
 def to_buffer(g: ComputeGraph, x: ValueRef) -> ValueRef:
@@ -647,15 +761,6 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
 MAX_COPY_DIMS = 6  # glsl/copy_nd.glsl
 
 
-def contiguous_strides(shape: Sequence[int]) -> list[int]:
-    """Element strides of a C-contiguous tensor of ``shape``."""
-    strides, acc = [], 1
-    for dim in reversed(shape):
-        strides.append(acc)
-        acc *= int(dim)
-    return strides[::-1]
-
-
 def strided_copy(g: ComputeGraph, out: ValueRef, src: ValueRef, size: Sequence[int], src_strides: Sequence[int],
                  out_strides: Sequence[int], src_base: int = 0, out_base: int = 0) -> None:
     """For every index ``i`` of ``size``: ``out[out_base + i . out_strides] = src[src_base + i .
@@ -673,6 +778,29 @@ def strided_copy(g: ComputeGraph, out: ValueRef, src: ValueRef, size: Sequence[i
     push = struct.pack("<22I", n, src_base, out_base, 0, *(d[0] for d in dims), *(d[1] for d in dims),
                        *(d[2] for d in dims))
     g.add_dispatch(DispatchNode("copy_nd", [out, src], push, {0: LOCAL_SIZE}, _groups(g, n)))
+
+
+def gather(g: ComputeGraph, x: ValueRef, shape: Sequence[int], strides: Sequence[int], base: int = 0,
+           layout: str | None = None) -> ValueRef:
+    """A new tensor of ``shape`` whose element ``i`` is element ``base + i . strides`` of ``x``
+    read as its contiguous (NCHW) elements; negative strides flip. One op for reshapes,
+    permutes, slices, selects, expands and flips. With ``layout`` the result is a texture in it
+    (glsl/gather_texture.glsl reads a buffer, or a texture of any layout); else a buffer."""
+    shape = [int(s) for s in shape]
+    wrap = [int(s) & 0xFFFFFFFF for s in strides]
+    if layout is None:
+        x, xt = _buffer_any(g, x, "gather input")
+        out = g.add_tensor(shape, xt.dtype)
+        strided_copy(g, out, x, shape, wrap, contiguous_strides(shape), int(base) & 0xFFFFFFFF)
+        return out
+    if len(shape) > 4:
+        raise ValueError(f"gather: a texture has at most 4 dims, not {shape}")
+    xt = _tensor(g, x, "gather input")
+    out = g.add_texture(shape, layout)
+    ot = g.values[out]
+    g.add_dispatch(DispatchNode("gather_texture", [x, out], gather_params(ot, xt, strides, base), {0: LOCAL_SIZE},
+                                _groups(g, int(np.prod(ot.extents()))), {"SRC_TEXTURE": int(xt.storage == "texture3d")}))
+    return out
 
 
 def fill(g: ComputeGraph, shape: Sequence[int], value: float) -> ValueRef:
@@ -731,18 +859,25 @@ def reduce(g: ComputeGraph, x: ValueRef, dim: int, op: str, count: int = 1) -> V
 
 def pool2d(g: ComputeGraph, x: ValueRef, out_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
            padding: tuple[int, int], dilation: tuple[int, int] = (1, 1), *, max_pool: bool,
-           count_include_pad: bool = True, divisor: int = 0) -> ValueRef:
+           count_include_pad: bool = True, divisor: int = 0, layout: str | None = None) -> ValueRef:
     """Max or average 2-D pooling of NCHW ``x`` into ``out_hw`` (the caller's output size:
-    ceil mode is in it)."""
-    x, xt = _buffer(g, x, "pool input")
+    ceil mode is in it); with ``layout="channels_packed"`` on channels-packed textures."""
+    if layout not in (None, "channels_packed"):
+        raise ValueError(f"pool2d: on textures, channels-packed only, not {layout}")
+    if layout:
+        x = to_texture(g, x, layout)
+        xt = g.values[x]
+    else:
+        x, xt = _buffer(g, x, "pool input")
     if len(xt.shape) != 4:
         raise ValueError(f"pool2d: input {xt.shape} must be NCHW")
     n, c, h, w = xt.shape
     ho, wo = out_hw
-    out = g.add_tensor((n, c, ho, wo), np.float32)
-    push = struct.pack("<14I", n * c, h, w, ho, wo, *kernel, *stride, *padding, *dilation, divisor)
-    g.add_dispatch(DispatchNode("pool2d", [out, x], push, {0: LOCAL_SIZE}, _groups(g, n * c * ho * wo),
-                                {"MAX": int(max_pool), "COUNT_PAD": int(count_include_pad)}))
+    out = g.add_texture((n, c, ho, wo), layout) if layout else g.add_tensor((n, c, ho, wo), np.float32)
+    planes = n * ((c + 3) // 4) if layout else n * c
+    push = struct.pack("<14I", planes, h, w, ho, wo, *kernel, *stride, *padding, *dilation, divisor)
+    g.add_dispatch(DispatchNode("pool2d", [out, x], push, {0: LOCAL_SIZE}, _groups(g, planes * ho * wo),
+                                {"MAX": int(max_pool), "COUNT_PAD": int(count_include_pad), "TEXTURE": int(bool(layout))}))
     return out
 
 
@@ -826,7 +961,7 @@ def embedding_qw(g: ComputeGraph, ids: ValueRef, weight: ValueRef, scales: Value
 
 
 __all__ = [
-    "add", "binary", "cast", "contiguous_strides", "conv2d", "conv_transpose2d", "embedding", "embedding_qw", "fill", "gelu", "kv_write", "l2_normalize",
+    "add", "binary", "cast", "contiguous_strides", "conv2d", "conv_transpose2d", "embedding", "embedding_qw", "fill", "gather", "gelu", "kv_write", "l2_normalize",
     "layer_norm", "linear", "linear_qw", "matmul", "mean_pool", "mul", "permute", "pool2d", "reduce", "relu", "rms_norm",
     "rope", "rotary", "sdpa", "silu", "softmax", "strided_copy", "sub", "to_buffer", "to_texture", "unary", "upsample_bilinear", "where",
 ]

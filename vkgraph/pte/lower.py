@@ -19,7 +19,7 @@ import numpy as np
 from .. import ops
 from ..errors import UnsupportedOpError
 from ..graph.compute_graph import ComputeGraph
-from ..graph.values import ArraySource, LazySource, Tensor, ValueRef
+from ..graph.values import TEXTURE_LAYOUTS, ArraySource, LazySource, Tensor, ValueRef
 from . import kernels
 from .reader import OperatorCall, PteFile, VkGraphInfo
 
@@ -46,7 +46,10 @@ class Lowering:
         self.inputs: list[str] = []
         self.outputs: list[str] = []
         self.node: OperatorCall | None = None
-        self.not_honoured: set[str] = set()
+        self.textures: dict[tuple[int, str], ValueRef] = {}  # (value, layout) -> the texture an op on textures read
+        self.buffers: dict[int, ValueRef] = {}  # value held in a texture -> its copy in a buffer, for buffer ops
+        #: values the delegate asks to hold in textures -> the op that computed them (see storage())
+        self.asked_textures: dict[int, str] = {}
         self.symints: dict[int, ValueRef] = {}  # SymInt read from a tensor at run time -> that (int32) tensor
 
     # --- values -------------------------------------------------------------------------------
@@ -103,14 +106,63 @@ class Lowering:
         self.refs[i] = ref
         return ref
 
-    def operand(self, i: int) -> ValueRef:
+    def operand(self, i: int, layout: str | None = None) -> ValueRef:
         """A float32 operand of an elementwise op or matmul: a float32 constant as its TensorRef
-        (packed where the op reads it), anything else as a float32 device tensor."""
+        (packed where the op reads it), anything else as a float32 device tensor (as
+        :meth:`src`)."""
         if self.const(i) is not None:
             ref = self.weight(i)
             if self.g.values[ref].dtype == np.float32:
                 return ref
+        return self.src(i, layout)
+
+    def texture_layout(self, i: int) -> str | None:
+        """The texture layout tensor ``i`` is held in, None for a buffer: the storage and layout
+        the delegate asks for it (its own, else the graph's overrides; the config's
+        ``graph.storage`` and ``graph.memory_layout`` override both), where vkgraph can hold it
+        in a texture (float or bool, 1-4 dims, within the device's image size)."""
+        if not self.asks_texture(i):
+            return None
+        t = self.vk(i).value
+        layout = self.g.config.graph.memory_layout or t.layout or self.info.layout_override or "channels_packed"
+        if layout not in TEXTURE_LAYOUTS or t.dtype.kind not in "fb" or not 1 <= len(t.dims) <= 4 or 0 in t.dims:
+            return None
+        probe = Tensor("", t.dims, np.dtype(np.float32), layout, storage="texture3d")
+        return layout if max(probe.extents()) <= self.g.device.limits["maxImageDimension3D"] else None
+
+    def asks_texture(self, i: int) -> bool:
+        """Whether the delegate (or the config's ``graph.storage``) asks for tensor ``i`` in a texture."""
+        v = self.vk(i)
+        return v.kind == "tensor" and \
+            (self.g.config.graph.storage or v.value.storage or self.info.storage_override) == "texture3d"
+
+    def gather(self, out: int, x: int, strides: Sequence[int], base: int = 0) -> None:
+        """Tensor ``out`` (its dims) gathered from tensor ``x`` by strides over x's contiguous
+        elements (:func:`ops.gather`): a texture where ``out`` is asked to be one, read from x
+        as it is held (a buffer or a texture), else a buffer."""
+        lay = self.texture_layout(out)
+        self.set(out, ops.gather(self.g, self.held(x) if lay else self.t(x), self.dims(out), strides, base, lay))
+
+    def held(self, i: int) -> ValueRef:
+        """Tensor ``i`` as float32 on the device in the storage it is held in (a texture or a buffer)."""
+        ref = self.refs.get(self.same.get(i, i))
+        if ref is not None and isinstance(self.g.values[ref], Tensor) and self.g.values[ref].storage == "texture3d":
+            return ref
         return self.t(i)
+
+    def src(self, i: int, layout: str | None = None) -> ValueRef:
+        """Tensor ``i`` as the input of an op on buffers (``layout`` None: :meth:`t`) or on
+        textures: a texture as it is (those ops read any layout), a buffer converted into
+        ``layout`` once."""
+        if layout is None:
+            return self.t(i)
+        i = self.same.get(i, i)
+        ref = self.held(i)
+        if self.g.values[ref].storage == "texture3d":
+            return ref
+        if (i, layout) not in self.textures:
+            self.textures[(i, layout)] = self.g.buffer_to_texture(self.t(i), layout)
+        return self.textures[(i, layout)]
 
     def vector(self, i: int, n: int, name: str) -> ValueRef:
         """Constant ``i`` as ``n`` float32 values: ET-VK pads per-channel scales and biases to a
@@ -137,6 +189,10 @@ class Lowering:
         if ref is None or not isinstance(self.g.values[ref], Tensor):
             ref = self.g.prepack_tensor(self.weight(i))
             self.refs[i] = ref
+        if self.g.values[ref].storage == "texture3d":  # an op on buffers reads a texture: a copy, made once
+            if i not in self.buffers:
+                self.buffers[i] = self.g.texture_to_buffer(ref)
+            ref = self.buffers[i]
         if self.g.values[ref].dtype != np.float32:
             ref = ops.cast(self.g, ref, np.float32)
         return ref
@@ -150,11 +206,16 @@ class Lowering:
         return ops.cast(self.g, ref, np.int32)
 
     def set(self, i: int, ref: ValueRef) -> None:
-        """Tensor ``i`` is ``ref``, viewed in ``i``'s dims when they differ."""
+        """Tensor ``i`` is ``ref``, viewed in ``i``'s dims when they differ (a texture is copied
+        into a buffer first: a texture has no views)."""
         want = self.dims(i)
         if tuple(self.g.values[ref].shape) != want:
+            if self.g.values[ref].storage == "texture3d":
+                ref = self.g.texture_to_buffer(ref)
             ref = self.g.add_view(ref, want)
         self.refs[i] = ref
+        if self.node is not None and self.asks_texture(i):
+            self.asked_textures[i] = self.node.name
 
     def error(self, reason: str) -> UnsupportedOpError:
         node = self.node
@@ -165,9 +226,6 @@ class Lowering:
 
     def build(self) -> None:
         info, g = self.info, self.g
-        #: storage types the delegate asks for that vkgraph does not give it (it runs buffers)
-        self.not_honoured = {v.value.storage or info.storage_override for v in info.values
-                             if v.kind == "tensor"} - {"", "buffer"}
         for k, i in enumerate(info.input_ids):
             t = self.vk(i).value
             name = f"{self.label}.input_{k}"
@@ -184,6 +242,19 @@ class Lowering:
                 ref = self.t(i)
             g.set_output(ref, name)
             self.outputs.append(name)
+
+    def storage(self) -> tuple[int, dict[str, int]]:
+        """How the storage the delegate asks for was honoured: the number of tensors computed in
+        the textures they ask for, and per op, how many it computed in buffers instead (vkgraph
+        has no texture kernel for it, or the tensor cannot be one)."""
+        kept: dict[str, int] = {}
+        honoured = 0
+        for i, op in self.asked_textures.items():
+            if self.g.values[self.refs[i]].storage == "texture3d":
+                honoured += 1
+            else:
+                kept[op] = kept.get(op, 0) + 1
+        return honoured, kept
 
     def lower(self, node: OperatorCall) -> None:
         args = node.args
@@ -463,6 +534,7 @@ def _dequantize_affine(L: Lowering, x: int, block: int, scale: int, zero: int, i
 def _binary(op: str, alpha_arg: bool = False) -> Callable:
     def build(L: Lowering, a: int, b: int, *rest: int) -> None:
         out = rest[-1]
+        lay = L.texture_layout(out)
         alpha = float(L.arg(rest[0])) if alpha_arg and len(rest) > 1 else 1.0
         va, vb = L.vk(a), L.vk(b)
         if vb.kind != "tensor":  # Scalar overloads
@@ -470,15 +542,13 @@ def _binary(op: str, alpha_arg: bool = False) -> Callable:
             if op in ("add", "sub", "mul", "div"):
                 inv = 1.0 / s if s else float("inf")  # x / 0: inf, -inf or nan, as torch
                 p0, p1 = {"add": (1.0, alpha * s), "sub": (1.0, -alpha * s), "mul": (s, 0.0), "div": (inv, 0.0)}[op]
-                L.set(out, ops.unary(L.g, L.t(a), "affine", p0, p1))
-            elif op == "pow":
-                L.set(out, ops.unary(L.g, L.t(a), "pow", s))
+                L.set(out, ops.unary(L.g, L.src(a, lay), "affine", p0, p1, layout=lay))
             else:
-                L.set(out, ops.unary(L.g, L.t(a), op, s))
+                L.set(out, ops.unary(L.g, L.src(a, lay), op, s, layout=lay))
             return
         if va.kind != "tensor":
             raise L.error(f"a scalar first operand of {op} is not supported")
-        L.set(out, ops.binary(L.g, L.t(a), L.operand(b), op, alpha))
+        L.set(out, ops.binary(L.g, L.src(a, lay), L.operand(b, lay), op, alpha, layout=lay))
     return build
 
 
@@ -496,19 +566,20 @@ def _bitwise(op: str) -> Callable:
 def _unary(op: str) -> Callable:
     def build(L: Lowering, x: int, *rest: int) -> None:
         out = rest[-1]
+        lay = L.texture_layout(out)
         vals = [L.arg(i) for i in rest[:-1]]
         if op == "clamp":
             lo = -3.4e38 if vals[0] is None else max(float(vals[0]), -3.4e38)
             hi = 3.4e38 if len(vals) < 2 or vals[1] is None else min(float(vals[1]), 3.4e38)
-            L.set(out, ops.unary(L.g, L.t(x), "clamp", lo, hi))
+            L.set(out, ops.unary(L.g, L.src(x, lay), "clamp", lo, hi, layout=lay))
         elif op == "gelu":
-            L.set(out, ops.gelu(L.g, L.t(x), vals[0] if vals else "none"))
+            L.set(out, ops.gelu(L.g, L.src(x, lay), vals[0] if vals else "none", layout=lay))
         elif op in ("pow", "leaky_relu", "hardshrink"):
             default = {"pow": None, "leaky_relu": 0.01, "hardshrink": 0.5}[op]
             p = vals[0] if vals and vals[0] is not None else default
-            L.set(out, ops.unary(L.g, L.t(x), op, float(p)))
+            L.set(out, ops.unary(L.g, L.src(x, lay), op, float(p), layout=lay))
         else:
-            L.set(out, ops.unary(L.g, L.t(x), op))
+            L.set(out, ops.unary(L.g, L.src(x, lay), op, layout=lay))
     return build
 
 
@@ -520,11 +591,13 @@ def _div_mode(L: Lowering, a: int, b: int, mode: int, out: int) -> None:
 
 
 def _rsub(L: Lowering, a: int, b: int, alpha: int, out: int) -> None:
-    L.set(out, ops.unary(L.g, L.t(a), "affine", -float(L.arg(alpha)), float(L.arg(b))))
+    lay = L.texture_layout(out)
+    L.set(out, ops.unary(L.g, L.src(a, lay), "affine", -float(L.arg(alpha)), float(L.arg(b)), layout=lay))
 
 
 def _where(L: Lowering, c: int, a: int, b: int, out: int) -> None:
-    L.set(out, ops.where(L.g, *(L.operand(i) for i in (c, a, b))))
+    lay = L.texture_layout(out)
+    L.set(out, ops.where(L.g, *(L.operand(i, lay) for i in (c, a, b)), layout=lay))
 
 
 def _last_dim_op(L: Lowering, x: int, dim: int, fn: Callable[[ValueRef], ValueRef]) -> ValueRef:
@@ -548,6 +621,10 @@ def _last_dim_op(L: Lowering, x: int, dim: int, fn: Callable[[ValueRef], ValueRe
 
 def _softmax(log: bool) -> Callable:
     def build(L: Lowering, x: int, dim: int, half: int, out: int) -> None:
+        nd = max(len(L.dims(x)), 1)
+        if int(L.arg(dim)) % nd == nd - 1 and L.texture_layout(out) == "width_packed":
+            L.set(out, ops.softmax(L.g, L.held(x), log=log, layout="width_packed"))
+            return
         L.set(out, _last_dim_op(L, x, int(L.arg(dim)), lambda r: ops.softmax(L.g, r, log=log)))
     return build
 
@@ -561,17 +638,21 @@ def _optional_weight(L: Lowering, i: int, d: int, fill: float, name: str) -> Val
 def _layer_norm(L: Lowering, x: int, shape: int, w: int, b: int, eps: int, out: int) -> None:
     dims = L.dims(x)
     d = int(np.prod(L.arg(shape)))
-    flat = L.g.add_view(L.t(x), (int(np.prod(dims)) // d, d))
-    y = ops.layer_norm(L.g, flat, _optional_weight(L, w, d, 1.0, "ln_w"), _optional_weight(L, b, d, 0.0, "ln_b"),
-                       float(L.arg(eps)))
     outs = L.arg(out) if L.vk(out).kind == "value_list" else (out,)
-    L.set(outs[0], y)
+    params = (_optional_weight(L, w, d, 1.0, "ln_w"), _optional_weight(L, b, d, 0.0, "ln_b"), float(L.arg(eps)))
+    if d == dims[-1] and L.texture_layout(outs[0]) == "width_packed":
+        L.set(outs[0], ops.layer_norm(L.g, L.held(x), *params, layout="width_packed"))
+        return
+    L.set(outs[0], ops.layer_norm(L.g, L.g.add_view(L.t(x), (int(np.prod(dims)) // d, d)), *params))
 
 
 def _rms_norm(L: Lowering, x: int, w: int, eps: int, out: int) -> None:
     dims = L.dims(x)
-    flat = L.g.add_view(L.t(x), (int(np.prod(dims[:-1])), dims[-1]))
-    L.set(out, ops.rms_norm(L.g, flat, _optional_weight(L, w, dims[-1], 1.0, "rms_w"), float(L.arg(eps))))
+    params = (_optional_weight(L, w, dims[-1], 1.0, "rms_w"), float(L.arg(eps)))
+    if L.texture_layout(out) == "width_packed":
+        L.set(out, ops.rms_norm(L.g, L.held(x), *params, layout="width_packed"))
+        return
+    L.set(out, ops.rms_norm(L.g, L.g.add_view(L.t(x), (int(np.prod(dims[:-1])), dims[-1])), *params))
 
 
 def _linear(L: Lowering, x: int, w: int, b: int, out: int) -> None:
@@ -580,9 +661,13 @@ def _linear(L: Lowering, x: int, w: int, b: int, out: int) -> None:
         return
     dims = L.dims(x)
     k = dims[-1]
-    flat = L.g.add_view(L.t(x), (int(np.prod(dims[:-1])), k))
     bias = None if L.vk(b).kind == "null" else L.weight(b)
-    if L.const(w) is not None and L.vk(w).value.dtype == np.float32:
+    fp32 = L.const(w) is not None and L.vk(w).value.dtype == np.float32
+    if fp32 and L.texture_layout(out) == "width_packed" and len(dims) <= 4:
+        L.set(out, ops.linear(L.g, L.held(x), L.weight(w), bias, layout="width_packed"))
+        return
+    flat = L.g.add_view(L.t(x), (int(np.prod(dims[:-1])), k))
+    if fp32:
         y = ops.linear(L.g, flat, L.weight(w), bias)
     else:
         y = ops.matmul(L.g, flat, L.t(w), transpose_b=True)
@@ -592,6 +677,11 @@ def _linear(L: Lowering, x: int, w: int, b: int, out: int) -> None:
 
 
 def _matmul(L: Lowering, a: int, b: int, out: int) -> None:
+    lead_a, lead_b = (int(np.prod(L.dims(i)[:-2])) for i in (a, b))
+    if L.texture_layout(out) == "width_packed" and len(L.dims(a)) == len(L.dims(b)) >= 2 and \
+            (L.dims(a)[:-2] == L.dims(b)[:-2] or 1 in (lead_a, lead_b)):
+        L.set(out, ops.matmul(L.g, L.held(a), L.operand(b, "width_packed"), layout="width_packed"))
+        return
     L.set(out, _matmul_ref(L, a, b))
 
 
@@ -618,14 +708,17 @@ def _conv(L: Lowering, x: int, w: int, b: int, stride: int, pad: int, dil: int, 
     if len(L.dims(x)) != 4:
         raise L.error(f"only 2-D convolution (NCHW input) is supported, not input {L.dims(x)}")
     bias = None if L.vk(b).kind == "null" else L.weight(b)
-    y = ops.conv2d(L.g, L.t(x), L.weight(w), bias, stride=tuple(L.arg(stride)), padding=tuple(L.arg(pad)),
+    # ops.conv2d runs on channels-packed textures when its input is one
+    lay = "channels_packed" if L.texture_layout(out) == "channels_packed" else None
+    y = ops.conv2d(L.g, L.src(x, lay), L.weight(w), bias, stride=tuple(L.arg(stride)), padding=tuple(L.arg(pad)),
                    dilation=tuple(L.arg(dil)), groups=int(L.arg(groups)))
-    y = ops.to_buffer(L.g, y)
+    if lay is None:
+        y = ops.to_buffer(L.g, y)
     if len(rest) == 3:  # et_vk.conv_with_clamp: output_min, output_max
         lo, hi = (L.arg(i) for i in rest[:2])
         lo = -3.4e38 if lo is None else max(float(lo), -3.4e38)
         hi = 3.4e38 if hi is None else min(float(hi), 3.4e38)
-        y = ops.unary(L.g, y, "clamp", lo, hi)
+        y = ops.unary(L.g, y, "clamp", lo, hi, layout=lay)
     L.set(out, y)
 
 
@@ -639,17 +732,24 @@ def _pair(v: Sequence[int] | None, default: int) -> tuple[int, int]:
 def _max_pool(L: Lowering, x: int, k: int, stride: int, pad: int, dil: int, ceil: int, out: int) -> None:
     outs = L.arg(out) if L.vk(out).kind == "value_list" else (out,)
     kernel = _pair(L.arg(k), 1)
-    y = ops.pool2d(L.g, L.t(x), L.dims(outs[0])[-2:], kernel, _pair(L.arg(stride), 0) if L.arg(stride) else kernel,
-                   _pair(L.arg(pad), 0), _pair(L.arg(dil), 1), max_pool=True)
+    lay = _pool_layout(L, x, outs[0])
+    y = ops.pool2d(L.g, L.src(x, lay), L.dims(outs[0])[-2:], kernel, _pair(L.arg(stride), 0) if L.arg(stride) else kernel,
+                   _pair(L.arg(pad), 0), _pair(L.arg(dil), 1), max_pool=True, layout=lay)
     L.set(outs[0], y)
+
+
+def _pool_layout(L: Lowering, x: int, out: int) -> str | None:
+    """Pooling runs on textures when its output is asked channels-packed (ops.pool2d)."""
+    return "channels_packed" if L.texture_layout(out) == "channels_packed" and len(L.dims(x)) == 4 else None
 
 
 def _avg_pool(L: Lowering, x: int, k: int, stride: int, pad: int, ceil: int, count_pad: int, divisor: int,
               out: int) -> None:
     kernel = _pair(L.arg(k), 1)
-    y = ops.pool2d(L.g, L.t(x), L.dims(out)[-2:], kernel, _pair(L.arg(stride), 0) if L.arg(stride) else kernel,
+    lay = _pool_layout(L, x, out)
+    y = ops.pool2d(L.g, L.src(x, lay), L.dims(out)[-2:], kernel, _pair(L.arg(stride), 0) if L.arg(stride) else kernel,
                    _pair(L.arg(pad), 0), max_pool=False, count_include_pad=bool(L.arg(count_pad)),
-                   divisor=int(L.arg(divisor) or 0))
+                   divisor=int(L.arg(divisor) or 0), layout=lay)
     L.set(out, y)
 
 
@@ -771,11 +871,18 @@ def _prepack(L: Lowering, x: int, out: int) -> None:
 
 
 def _view(L: Lowering, x: int, *rest: int) -> None:
+    out = rest[-1]
     src = L.refs.get(x)
     if src is not None and isinstance(L.g.values[src], Tensor) and L.g.values[src].dtype != np.float32:
-        L.set(rest[-1], src)  # ids keep their int32
+        L.set(out, src)  # ids keep their int32
+        return
+    lay = L.texture_layout(out)
+    held = L.held(x) if lay else L.t(x)
+    t = L.g.values[held]
+    if lay and (t.storage != "texture3d" or t.layout != lay or tuple(t.shape) != tuple(L.dims(out))):
+        L.gather(out, x, ops.contiguous_strides(L.dims(out)))  # a texture has no views: a copy in the new shape
     else:
-        L.set(rest[-1], L.t(x))
+        L.set(out, held)
 
 
 def _to_copy(L: Lowering, x: int, *rest: int) -> None:
@@ -793,8 +900,8 @@ def _to_copy(L: Lowering, x: int, *rest: int) -> None:
 
 
 def _permute(L: Lowering, x: int, dims: int, out: int) -> None:
-    nd = len(L.dims(x))
-    L.set(out, ops.permute(L.g, L.t(x), [int(d) % nd for d in L.arg(dims)]))
+    st = ops.contiguous_strides(L.dims(x))
+    L.gather(out, x, [st[int(d) % len(st)] for d in L.arg(dims)])
 
 
 def _select(L: Lowering, x: int, dim: int, index: int, out: int) -> None:
@@ -802,10 +909,7 @@ def _select(L: Lowering, x: int, dim: int, index: int, out: int) -> None:
     d = int(L.arg(dim)) % len(shape)
     i = int(L.arg(index)) % shape[d]
     st = ops.contiguous_strides(shape)
-    size = [s for k, s in enumerate(shape) if k != d]
-    y = L.g.add_tensor(size, np.float32)
-    ops.strided_copy(L.g, y, L.t(x), size, [s for k, s in enumerate(st) if k != d], ops.contiguous_strides(size), i * st[d])
-    L.set(out, y)
+    L.gather(out, x, [s for k, s in enumerate(st) if k != d], i * st[d])
 
 
 def _slice(L: Lowering, x: int, dim: int, start: int, end: int, step: int, out: int) -> None:
@@ -814,13 +918,10 @@ def _slice(L: Lowering, x: int, dim: int, start: int, end: int, step: int, out: 
     s = L.arg(start)
     s = 0 if s is None else int(s)
     s = max(0, min(shape[d], s + shape[d] if s < 0 else s))
-    size = list(L.dims(out))
     st = ops.contiguous_strides(shape)
     src = list(st)
     src[d] *= int(L.arg(step) or 1)
-    y = L.g.add_tensor(size, np.float32)
-    ops.strided_copy(L.g, y, L.t(x), size, src, ops.contiguous_strides(size), s * st[d])
-    L.set(out, y)
+    L.gather(out, x, src, s * st[d])
 
 
 def _cat(L: Lowering, xs: int, dim: int, out: int) -> None:
@@ -842,10 +943,7 @@ def _expand(L: Lowering, x: int, size: int, *rest: int) -> None:
     out = rest[-1]
     shape = L.dims(out)
     src_shape = (1,) * (len(shape) - len(L.dims(x))) + tuple(L.dims(x))
-    src = [0 if n == 1 and m != 1 else s for n, m, s in zip(src_shape, shape, ops.contiguous_strides(src_shape))]
-    y = L.g.add_tensor(shape, np.float32)
-    ops.strided_copy(L.g, y, L.t(x), shape, src, ops.contiguous_strides(shape))
-    L.set(out, y)
+    L.gather(out, x, [0 if n == 1 and m != 1 else s for n, m, s in zip(src_shape, shape, ops.contiguous_strides(src_shape))])
 
 
 def _repeat(L: Lowering, x: int, reps: int, out: int) -> None:
@@ -863,30 +961,21 @@ def _repeat(L: Lowering, x: int, reps: int, out: int) -> None:
     L.set(out, y)
 
 
-def _copy_into(L: Lowering, out: int, src: ValueRef, size: Sequence[int], src_strides: Sequence[int],
-               src_base: int = 0) -> None:
-    """Output ``out`` (contiguous, of ``size``' elements) gathered from ``src`` by strides."""
-    y = L.g.add_tensor(size, np.float32)
-    ops.strided_copy(L.g, y, src, size, [s & 0xFFFFFFFF for s in src_strides], ops.contiguous_strides(size),
-                     src_base & 0xFFFFFFFF)
-    L.set(out, y)
-
-
 def _split(L: Lowering, x: int, sizes: int, dim: int, outs: int) -> None:
     shape = L.dims(x)
     d = int(L.arg(dim)) % len(shape)
     st = ops.contiguous_strides(shape)
     start = 0
     for o in L.arg(outs):
-        part = L.dims(o)
-        _copy_into(L, o, L.t(x), part, st, start * st[d])
-        start += part[d]
+        L.gather(o, x, st, start * st[d])
+        start += L.dims(o)[d]
 
 
 def _t(L: Lowering, x: int, out: int) -> None:
     if len(L.dims(x)) < 2:
         return _view(L, x, out)
-    L.set(out, ops.permute(L.g, L.t(x), [1, 0]))
+    st = ops.contiguous_strides(L.dims(x))
+    L.gather(out, x, [st[1], st[0]])
 
 
 def _flip(L: Lowering, x: int, dims: int, out: int) -> None:
@@ -894,7 +983,7 @@ def _flip(L: Lowering, x: int, dims: int, out: int) -> None:
     st = ops.contiguous_strides(shape)
     flipped = {int(d) % len(shape) for d in L.arg(dims)}
     base = sum((shape[d] - 1) * st[d] for d in flipped)
-    _copy_into(L, out, L.t(x), shape, [-s if d in flipped else s for d, s in enumerate(st)], base)
+    L.gather(out, x, [-s if d in flipped else s for d, s in enumerate(st)], base)
 
 
 def _index_select(L: Lowering, x: int, dim: int, index: int, out: int) -> None:
@@ -937,6 +1026,12 @@ def _constant_pad(L: Lowering, x: int, pad: int, value: int, out: int) -> None:
     if min(size) > 0:
         ops.strided_copy(L.g, y, L.t(x), size, st, ost, src_base, dst_base)
     L.set(out, y)
+
+
+def _copy_into(L: Lowering, out: int, src: ValueRef, size: Sequence[int], strides: Sequence[int]) -> None:
+    """Output ``out`` gathered in a buffer from ``src`` over ``size`` (more dims than a texture
+    has: out's elements viewed as ``size``)."""
+    L.set(out, ops.gather(L.g, src, size, strides))
 
 
 def _upsample_nearest(L: Lowering, x: int, size: int, scales: int, out: int) -> None:

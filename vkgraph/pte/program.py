@@ -76,12 +76,19 @@ def _io(plan: ExecutionPlan, ids: list[int], what: str, path: str) -> list[IOSpe
 
 
 def warn_storage(path: str, lowerings: list[Lowering]) -> None:
-    """One warning per program when its delegates ask for storage vkgraph does not give them."""
-    asked = set().union(*(lw.not_honoured for lw in lowerings)) if lowerings else set()
-    if asked:
-        n = sum(bool(lw.not_honoured) for lw in lowerings)
-        warnings.warn(f"{path}: {n} of {len(lowerings)} delegates ask for {', '.join(sorted(asked))} storage; "
-                      "vkgraph runs program tensors in buffers", stacklevel=3)
+    """One warning per program whose delegates ask for textures that vkgraph computes in buffers,
+    naming the ops it has no texture kernel for."""
+    honoured, kept = 0, {}
+    for lw in lowerings:
+        n, ops = lw.storage()
+        honoured += n
+        for op, k in ops.items():
+            kept[op] = kept.get(op, 0) + k
+    if kept:
+        n = sum(kept.values())
+        names = ", ".join(f"{op} ({k})" for op, k in sorted(kept.items(), key=lambda kv: (-kv[1], kv[0])))
+        warnings.warn(f"{path}: {n} of {n + honoured} tensors that the program asks to hold in textures are in buffers "
+                      f"(ops vkgraph runs on buffers only: {names})", stacklevel=3)
 
 
 def checked_delegates(pte: PteFile, plan: ExecutionPlan) -> list[VkGraphInfo]:
