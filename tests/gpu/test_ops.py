@@ -119,13 +119,16 @@ def test_rms_norm(device, compiler, monkeypatch, m, d, cpu_kernels):
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-5)
 
 
-def test_embedding(device, compiler):
+@pytest.mark.parametrize("layout", [None, "width_packed"])
+def test_embedding(device, compiler, layout):
+    """Into a buffer [T, D], or a width-packed texture [1, T, D] (D = 7: a padded texel)."""
     rng = rng_for(50, 7)
     table = rng.standard_normal((50, 7)).astype(np.float32)
     ids = np.array([3, 0, 49, 3, -1, 50, 17], np.int32)
-    out, _ = run(device, compiler, lambda g, r: ops.embedding(g, r["ids"], g.add_tensorref(table, "emb")), {"ids": ids})
+    out, _ = run(device, compiler, lambda g, r: ops.embedding(g, r["ids"], g.add_tensorref(table, "emb"), layout,
+                                                               (1, 7, 7) if layout else None), {"ids": ids})
     expect = np.where(((ids >= 0) & (ids < 50))[:, None], table[np.clip(ids, 0, 49)], 0)
-    np.testing.assert_array_equal(out, expect)
+    np.testing.assert_array_equal(out, expect.reshape(out.shape))
 
 
 @pytest.mark.parametrize("initial,steady,max_cmds,cmds", [(64, 128, 0, 1), (2, 3, 0, 5), (2, 3, 2, 2), (1, 1, 0, 12)])
@@ -494,12 +497,19 @@ def test_binary_alpha_and_where(device, compiler):
     np.testing.assert_array_equal(out, np.where(c != 0, a, b))
 
 
+@pytest.mark.parametrize("layout", [None, "width_packed", "channels_packed"])
 @pytest.mark.parametrize("op,ref", [("sum", np.sum), ("mean", np.mean), ("max", np.max), ("min", np.min)])
 @pytest.mark.parametrize("dim,count", [(0, 1), (1, 2), (2, 1)])
-def test_reduce(device, compiler, op, ref, dim, count):
+def test_reduce(device, compiler, op, ref, dim, count, layout):
+    """Buffers, and textures: the input height-packed, the output in ``layout`` keeping the
+    reduced dims as ones (keepdim)."""
     x = rng_for(3, 5, 7, dim).standard_normal((3, 5, 7)).astype(np.float32)
-    out, _ = run(device, compiler, lambda g, r: ops.reduce(g, r["x"], dim, op, count), {"x": x})
-    np.testing.assert_allclose(out, ref(x, axis=tuple(range(dim, dim + count))), rtol=1e-5, atol=1e-5)
+    axes = tuple(range(dim, dim + count))
+    keep = [1 if d in axes else n for d, n in enumerate(x.shape)]
+    out, _ = run(device, compiler, lambda g, r: ops.reduce(
+        g, ops.to_texture(g, r["x"], "height_packed") if layout else r["x"], dim, op, count, layout,
+        keep if layout else None), {"x": x})
+    np.testing.assert_allclose(out, ref(x, axis=axes, keepdims=bool(layout)), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
@@ -671,10 +681,12 @@ def test_cast(device, compiler):
 @pytest.mark.parametrize("bits,group,gn,zp,bias,high", [(4, 32, True, False, True, False), (4, 16, True, False, False, False),
                                                        (8, 64, False, False, True, False), (8, 16, False, True, False, False),
                                                        (4, 64, False, False, False, True)])
-def test_linear_qw(device, compiler, bits, group, gn, zp, bias, high):
+@pytest.mark.parametrize("layout", [None, "width_packed"])
+def test_linear_qw(device, compiler, bits, group, gn, zp, bias, high, layout):
+    """Buffers, and width-packed textures (x [1, M, K]; N = 10: the last texel of a row padded)."""
     rng = rng_for(bits, group, int(zp))
-    m, n, k = 3, 12, 64
-    x = rng.standard_normal((m, k)).astype(np.float32)
+    m, n, k = 3, 10, 64
+    x = rng.standard_normal((1, m, k) if layout else (m, k)).astype(np.float32)
     q = rng.integers(-8, 8, (n, k)) if bits == 4 else rng.integers(-128, 128, (n, k))
     scales = rng.random((n, k // group)).astype(np.float32) + 0.1
     zeros = rng.integers(-3, 4, scales.shape).astype(np.float32) if zp else np.zeros_like(scales)
@@ -690,9 +702,10 @@ def test_linear_qw(device, compiler, bits, group, gn, zp, bias, high):
     def build(g, r):
         return ops.linear_qw(g, r["x"], g.add_tensorref(packed, "w"), g.add_tensorref(s_dev, "s"), bits=bits,
                              group_size=group, scales_gn=gn, zero_points=g.add_tensorref(zeros, "z") if zp else None,
-                             bias=g.add_tensorref(b, "b") if bias else None, high_first=high)
+                             bias=g.add_tensorref(b, "b") if bias else None, high_first=high, layout=layout)
 
     out, _ = run(device, compiler, build, {"x": x})
+    x, out = x.reshape(m, k), out.reshape(m, n)
     gidx = np.arange(k) // group
     w = (q - zeros[:, gidx]) * scales[:, gidx]
     np.testing.assert_allclose(out, x @ w.T + (b if bias else 0), rtol=1e-4, atol=1e-3)

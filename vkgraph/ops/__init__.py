@@ -43,6 +43,18 @@ def _buffer(g: ComputeGraph, ref: ValueRef, what: str) -> tuple[ValueRef, Tensor
     return ref, t
 
 
+def _kernel_input(g: ComputeGraph, ref: ValueRef, layout: str | None, texture_layout: str,
+                  what: str) -> tuple[ValueRef, Tensor]:
+    """(ref, tensor) of ``ref`` as a kernel with one texture layout reads it: a texture in
+    ``layout`` (which must be ``texture_layout``), or a buffer when ``layout`` is None."""
+    if layout is None:
+        return _buffer(g, ref, f"{what} input")
+    if layout != texture_layout:
+        raise ValueError(f"{what}: on textures, {texture_layout} only, not {layout}")
+    ref = to_texture(g, ref, layout)
+    return ref, g.values[ref]
+
+
 def _tensor(g: ComputeGraph, ref: ValueRef, what: str) -> Tensor:
     t = g.values[ref]
     if not isinstance(t, Tensor):
@@ -738,9 +750,11 @@ def l2_normalize(g: ComputeGraph, x: ValueRef, eps: float = 1e-12) -> ValueRef:
     return out
 
 
-def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
+def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef, layout: str | None = None,
+              shape: Sequence[int] | None = None) -> ValueRef:
     """Rows of ``table[V, D]`` (fp32 or GGML-quantized) for int32 ``ids[T]`` (ids outside
-    [0, V) give zero rows)."""
+    [0, V) give zero rows). With ``layout="width_packed"`` (an fp32 table within one binding) a
+    texture, of ``shape`` when given (``[..., D]`` of T rows)."""
     it = g.values[ids]
     if it.dtype != np.int32 or len(it.shape) != 1:
         raise TypeError(f"embedding ids must be a 1-D int32 tensor, got {it.shape} {it.dtype}")
@@ -748,14 +762,25 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef) -> ValueRef:
     tt = g.values[table]
     v, d = tt.shape
     t = it.shape[0]
+    if layout:
+        out_shape = tuple(shape or (t, d))
+        if layout != "width_packed" or tt.layout in FORMATS or tt.nbytes > g.max_binding_nbytes or \
+                out_shape[-1] != d or int(np.prod(out_shape)) != t * d:
+            raise ValueError(f"embedding: on textures, width-packed [..., {d}] rows of an fp32 table within one "
+                             f"binding; not {layout} {out_shape} of {tt.layout} {tt.nbytes} bytes")
+        out = g.add_texture(out_shape, layout)
+        ot = g.values[out]
+        g.add_dispatch(DispatchNode("embedding", [out, ids, table], struct.pack("<7I", t, d, 0, v, v, 1, ot.sizes()[2]),
+                                    {0: LOCAL_SIZE}, _groups(g, int(np.prod(ot.extents()))), {"TEXTURE": 1}))
+        return out
     out = g.add_tensor((t, d), np.float32)
     quant = tt.layout in FORMATS
     for i, (r0, r1, tb) in enumerate(_row_windows(g, table, v)):
         g.add_dispatch(DispatchNode("embedding_quant" if quant else "embedding", [out, ids, tb],
-                                    struct.pack("<6I", t, d, r0, r1, v, int(i == 0)), {0: LOCAL_SIZE},
+                                    struct.pack("<6I", t, d, r0, r1, v, int(i == 0)) + bytes(0 if quant else 4),
+                                    {0: LOCAL_SIZE},
                                     _groups(g, t * d), {"QTYPE": FORMATS[tt.layout].qtype} if quant else {}))
     return out
-
 
 
 MAX_COPY_DIMS = 6  # glsl/copy_nd.glsl
@@ -841,19 +866,29 @@ def _buffer_any(g: ComputeGraph, ref: ValueRef, what: str) -> tuple[ValueRef, Te
 REDUCE_OPS = {"sum": 0, "mean": 1, "max": 2, "min": 3, "any": 4, "argmax": 5, "argmin": 6}
 
 
-def reduce(g: ComputeGraph, x: ValueRef, dim: int, op: str, count: int = 1) -> ValueRef:
+def reduce(g: ComputeGraph, x: ValueRef, dim: int, op: str, count: int = 1, layout: str | None = None,
+           shape: Sequence[int] | None = None) -> ValueRef:
     """Reduce ``count`` adjacent dims of ``x`` starting at ``dim`` with ``op`` (sum, mean, max,
-    min, any; argmax and argmin give the index as a float); the reduced dims are dropped."""
-    x, xt = _buffer(g, x, f"{op} input")
-    shape = list(xt.shape)
-    if not 0 <= dim or dim + count > len(shape):
-        raise ValueError(f"{op}: dims {dim}..{dim + count - 1} are outside a {len(shape)}-D tensor")
-    outer = int(np.prod(shape[:dim]))
-    r = int(np.prod(shape[dim:dim + count]))
-    inner = int(np.prod(shape[dim + count:]))
-    out = g.add_tensor(shape[:dim] + shape[dim + count:], np.float32)
-    g.add_dispatch(DispatchNode("reduce_dim", [out, x], struct.pack("<III", outer, r, inner), {0: LOCAL_SIZE},
-                                _groups(g, outer * inner), {"OP": REDUCE_OPS[op]}))
+    min, any; argmax and argmin give the index as a float); the reduced dims are dropped. ``x``
+    may be a texture of any layout. With ``layout`` the result is a texture in it, of ``shape``
+    when given (the same elements: keepdim's ones)."""
+    xt = _tensor(g, x, f"{op} input")
+    dims = list(xt.shape)
+    if not 0 <= dim or dim + count > len(dims):
+        raise ValueError(f"{op}: dims {dim}..{dim + count - 1} are outside a {len(dims)}-D tensor")
+    outer = int(np.prod(dims[:dim]))
+    r = int(np.prod(dims[dim:dim + count]))
+    inner = int(np.prod(dims[dim + count:]))
+    out_shape = list(shape) if shape is not None else dims[:dim] + dims[dim + count:]
+    if int(np.prod(out_shape)) != outer * inner:
+        raise ValueError(f"{op}: output shape {out_shape} does not hold the {outer * inner} results")
+    out = g.add_texture(out_shape, layout) if layout else g.add_tensor(out_shape, np.float32)
+    ot, textures = g.values[out], (xt.storage == "texture3d", bool(layout))
+    packed = [PACKED_DIM[t.layout] if on else 0 for t, on in ((ot, textures[1]), (xt, textures[0]))]
+    push = struct.pack("<13I", *ot.sizes(), *xt.sizes(), outer, r, inner, *packed)
+    work = int(np.prod(ot.extents())) if layout else outer * inner
+    g.add_dispatch(DispatchNode("reduce_dim", [out, x], push, {0: LOCAL_SIZE}, _groups(g, work),
+                                {"OP": REDUCE_OPS[op], "IN_TEXTURE": int(textures[0]), "OUT_TEXTURE": int(textures[1])}))
     return out
 
 
@@ -862,13 +897,7 @@ def pool2d(g: ComputeGraph, x: ValueRef, out_hw: tuple[int, int], kernel: tuple[
            count_include_pad: bool = True, divisor: int = 0, layout: str | None = None) -> ValueRef:
     """Max or average 2-D pooling of NCHW ``x`` into ``out_hw`` (the caller's output size:
     ceil mode is in it); with ``layout="channels_packed"`` on channels-packed textures."""
-    if layout not in (None, "channels_packed"):
-        raise ValueError(f"pool2d: on textures, channels-packed only, not {layout}")
-    if layout:
-        x = to_texture(g, x, layout)
-        xt = g.values[x]
-    else:
-        x, xt = _buffer(g, x, "pool input")
+    x, xt = _kernel_input(g, x, layout, "channels_packed", "pool2d")
     if len(xt.shape) != 4:
         raise ValueError(f"pool2d: input {xt.shape} must be NCHW")
     n, c, h, w = xt.shape
@@ -898,17 +927,19 @@ def cast(g: ComputeGraph, x: ValueRef, dtype: Any) -> ValueRef:
 
 def linear_qw(g: ComputeGraph, x: ValueRef, weight: ValueRef, scales: ValueRef, *, bits: int, group_size: int,
               scales_gn: bool, zero_points: ValueRef | None = None, bias: ValueRef | None = None,
-              high_first: bool = False) -> ValueRef:
+              high_first: bool = False, layout: str | None = None) -> ValueRef:
     """``y = x @ w.T (+ bias)`` with ``w`` ``[N, K]`` quantized in groups of ``group_size`` along K:
     4-bit (``weight`` uint8 ``[N, K/2]``, offset 8, even k in the low nibble: ET-VK's q4gsw, or
     with ``high_first`` in the high one: ET-VK's qcs4w) or 8-bit
     (``weight`` int8 ``[N, K]``); ``scales`` (and float ``zero_points``) ``[groups, N]`` when
-    ``scales_gn`` (ET-VK), else ``[N, groups]`` (torchao)."""
-    x, xt = _buffer(g, x, "quantized linear input")
+    ``scales_gn`` (ET-VK), else ``[N, groups]`` (torchao). With ``layout="width_packed"``: x
+    ``[..., K]`` (up to 4 dims) and y ``[..., N]`` width-packed textures."""
+    x, xt = _kernel_input(g, x, layout, "width_packed", "quantized linear")
     wt = g.values[weight]
     n, row_bytes = wt.shape
-    m, k = xt.shape if len(xt.shape) == 2 else (0, 0)
-    if bits not in (4, 8) or len(xt.shape) != 2 or row_bytes * 8 // bits < k or group_size < 1:
+    rank_ok = 1 <= len(xt.shape) <= 4 if layout else len(xt.shape) == 2
+    m, k = (int(np.prod(xt.shape[:-1])), xt.shape[-1]) if rank_ok else (0, 0)
+    if bits not in (4, 8) or not rank_ok or row_bytes * 8 // bits < k or group_size < 1:
         raise ValueError(f"quantized linear: input {xt.shape} does not fit {bits}-bit weight {wt.shape} "
                          f"in groups of {group_size}")
     if (n * row_bytes) % 4:
@@ -922,13 +953,13 @@ def linear_qw(g: ComputeGraph, x: ValueRef, weight: ValueRef, scales: ValueRef, 
         args.append(_weight(g, zero_points, "identity"))
     if bias is not None:
         args.append(_weight(g, bias, "identity"))
-    y = g.add_tensor((m, n), np.float32)
+    y = g.add_texture((*xt.shape[:-1], n), layout) if layout else g.add_tensor((m, n), np.float32)
     args[0] = y
     sn, sg = (1, n) if scales_gn else (groups, 1)
-    g.add_dispatch(DispatchNode("linear_qw", args, struct.pack("<7I", m, n, k, group_size, row_bytes, sn, sg),
-                                {0: LOCAL_SIZE}, _groups(g, m * n),
+    push = struct.pack("<8I", m, n, k, group_size, row_bytes, sn, sg, xt.sizes()[2])
+    g.add_dispatch(DispatchNode("linear_qw", args, push, {0: LOCAL_SIZE}, _groups(g, m * ((n + 3) // 4)),
                                 {"BITS": bits, "HAS_ZP": int(zero_points is not None), "HAS_BIAS": int(bias is not None),
-                                 "HI_FIRST": int(high_first)}))
+                                 "HI_FIRST": int(high_first), "TEXTURE": int(bool(layout))}))
     return y
 
 

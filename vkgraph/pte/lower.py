@@ -339,11 +339,12 @@ class QuantWeight:
         return ((q.astype(np.float32) - (z[:, g] if self.zeros is not None else 0.0)) * s[:, g]).astype(np.float32)
 
 
-def _linear_quant(L: Lowering, x: ValueRef, qw: QuantWeight, b: int | None) -> ValueRef:
+def _linear_quant(L: Lowering, x: ValueRef, qw: QuantWeight, b: int | None, layout: str | None = None) -> ValueRef:
     """``x @ dequantized(qw).T (+ b)`` for device tensor ``x`` (last dim K), the weight kept
-    quantized on the device; the result has x's leading dims."""
+    quantized on the device; the result has x's leading dims (with ``layout="width_packed"``
+    a texture, x as it is held: see :func:`_quant_input`)."""
     dims = L.g.values[x].shape
-    flat = L.g.add_view(x, (int(np.prod(dims[:-1])), dims[-1]))
+    flat = x if layout else L.g.add_view(x, (int(np.prod(dims[:-1])), dims[-1]))
     n = L.dims(qw.q)[0]
     scales = L.const(qw.scales)
     if qw.scales_gn and scales.ndim == 2 and scales.shape[1] != n:  # ET-VK pads the N of [groups, N] to 4
@@ -353,12 +354,21 @@ def _linear_quant(L: Lowering, x: ValueRef, qw: QuantWeight, b: int | None) -> V
     zeros = None if qw.zeros is None else L.derived(f"zp{qw.zeros}", lambda: L.const(qw.zeros))
     bias = None if b is None or L.vk(b).kind == "null" else L.vector(b, n, "bias")
     y = ops.linear_qw(L.g, flat, L.weight(qw.q), scales, bits=qw.bits, group_size=qw.group,
-                      scales_gn=qw.scales_gn, zero_points=zeros, bias=bias, high_first=qw.high_first)
-    return L.g.add_view(y, (*dims[:-1], n))
+                      scales_gn=qw.scales_gn, zero_points=zeros, bias=bias, high_first=qw.high_first, layout=layout)
+    return y if layout else L.g.add_view(y, (*dims[:-1], n))
+
+
+def _set_linear_quant(L: Lowering, out: int, x: int, qw: QuantWeight, b: int | None) -> None:
+    """Tensor ``out`` = tensor ``x`` @ dequantized(qw).T (+ b): on width-packed textures when
+    ``out`` is asked to be one, else on buffers."""
+    if len(L.dims(x)) <= 4 and L.texture_layout(out) == "width_packed":
+        L.set(out, _linear_quant(L, L.held(x), qw, b, "width_packed"))
+    else:
+        L.set(out, _linear_quant(L, L.t(x), qw, b))
 
 
 def _linear_q4gsw(L: Lowering, x: int, w: int, scales: int, group: int, bias: int, out: int) -> None:
-    L.set(out, _linear_quant(L, L.t(x), QuantWeight(w, scales, None, int(L.arg(group)), 4, True), bias))
+    _set_linear_quant(L, out, x, QuantWeight(w, scales, None, int(L.arg(group)), 4, True), bias)
 
 
 def _linear_dq8ca_q4gsw(L: Lowering, x: int, x_scale: int, x_zero: int, w: int, w_sums: int, scales: int, group: int,
@@ -373,7 +383,7 @@ def _per_channel(L: Lowering, x: int, w: int, scales: int, bias: int | None, out
     4-bit pairs ``[N, K/2]`` (ET-VK's qcs4w: even k in the high nibble)."""
     k = L.dims(x)[-1]
     qw = QuantWeight(L.same.get(w, w), L.same.get(scales, scales), None, k, bits, False, bits == 4)
-    L.set(out, _linear_quant(L, L.t(x), qw, bias))
+    _set_linear_quant(L, out, x, qw, bias)
 
 
 def _weight_int8pack_mm(L: Lowering, x: int, w: int, scales: int, out: int) -> None:
@@ -657,7 +667,7 @@ def _rms_norm(L: Lowering, x: int, w: int, eps: int, out: int) -> None:
 
 def _linear(L: Lowering, x: int, w: int, b: int, out: int) -> None:
     if L.same.get(w, w) in L.qweights:
-        L.set(out, _linear_quant(L, L.t(x), L.qweights[L.same.get(w, w)], b))
+        _set_linear_quant(L, out, x, L.qweights[L.same.get(w, w)], b)
         return
     dims = L.dims(x)
     k = dims[-1]
@@ -760,16 +770,19 @@ def _reduce(op: str) -> Callable:
         nd = max(len(shape), 1)
         ds = L.arg(dims)
         ds = sorted({int(d) % nd for d in ((ds,) if isinstance(ds, int) else (ds or range(nd)))}, reverse=True)
-        ref = L.t(x) if shape else L.g.add_view(L.t(x), (1,))
-        # adjacent dims reduce in one dispatch; others one after another (highest first)
+        lay = L.texture_layout(out) if shape else None
+        ref = L.held(x) if shape else L.g.add_view(L.t(x), (1,))
+        # adjacent dims reduce in one dispatch; others one after another (highest first), the
+        # last into the texture ``out`` asks for
         groups: list[list[int]] = []
         for d in ds:
             if groups and groups[-1][-1] == d + 1:
                 groups[-1].append(d)
             else:
                 groups.append([d])
-        for grp in groups:
-            ref = ops.reduce(L.g, ref, grp[-1], op, len(grp))
+        for k, grp in enumerate(groups):
+            last = k == len(groups) - 1
+            ref = ops.reduce(L.g, ref, grp[-1], op, len(grp), lay if last else None, L.dims(out) if last and lay else None)
         L.set(out, ref)
     return build
 
@@ -1091,7 +1104,12 @@ def _sdpa_with_kv_cache(L: Lowering, q: int, k: int, v: int, k_cache: int, v_cac
 def _embedding(L: Lowering, w: int, ids: int, *rest: int) -> None:
     out = rest[-1]
     flat = L.g.add_view(L.ids(ids), (int(np.prod(L.dims(ids))),))
-    L.set(out, ops.embedding(L.g, flat, L.weight(w)))
+    table = L.weight(w)
+    fits = L.g.values[table].dtype == np.float32 and L.g.values[table].nbytes <= L.g.max_binding_nbytes
+    if fits and L.texture_layout(out) == "width_packed":
+        L.set(out, ops.embedding(L.g, flat, table, "width_packed", L.dims(out)))
+        return
+    L.set(out, ops.embedding(L.g, flat, table))
 
 
 def _embedding_q4gsw(L: Lowering, w: int, scales: int, group: int, ids: int, is_linear: int, out: int) -> None:
