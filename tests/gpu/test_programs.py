@@ -227,3 +227,28 @@ def test_page_aligned_weights_are_imported_in_place(device, tmp_path, monkeypatc
         assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, f"{name}: the program file changed"
     with load("mlp", device) as prog:  # ExecuTorch's default 128-byte alignment: packed as usual
         assert prog.report.zero_copy_tensors == 0
+
+
+def test_tensors_asked_in_2d_textures_are_kept_in_buffers_and_said(device, monkeypatch):
+    """vkgraph has no 2-D texture kernels: such tensors are computed in buffers, counted in the
+    program's one storage warning, and the program runs as before."""
+    import dataclasses
+
+    from vkgraph.pte.reader import PteFile, VkValue
+
+    read = PteFile.vkgraph
+
+    def as_2d(self, delegate):
+        info = read(self, delegate)
+        info.values = [VkValue(v.kind, dataclasses.replace(v.value, storage="texture2d")) if v.kind == "tensor" and
+                       v.value.storage == "texture3d" else v for v in info.values]
+        return info
+
+    monkeypatch.setattr(PteFile, "vkgraph", as_2d)
+    inputs, refs = fixture("mlp")
+    with pytest.warns(UserWarning, match=r"mlp.pte: 11 of 11 tensors that the program asks to hold in textures are in "
+                                         r"buffers \(ops vkgraph runs on buffers only: aten.linear.default \(4\)"):
+        prog = load_program(PROGRAMS / "mlp.pte", GraphConfig(), device=device)
+    with prog:
+        assert not any(getattr(t, "storage", "") == "texture3d" for g, _ in prog.graphs for t in g.values)
+        assert_close(prog.run(*inputs), refs)

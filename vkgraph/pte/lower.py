@@ -121,8 +121,8 @@ class Lowering:
         the delegate asks for it (its own, else the graph's overrides; the config's
         ``graph.storage`` and ``graph.memory_layout`` override both), where vkgraph can hold it
         in a texture (float or bool, 1-4 dims, within the device's image size)."""
-        if not self.asks_texture(i):
-            return None
+        if self.asked_storage(i) != "texture3d":
+            return None  # a buffer, or texture2d: vkgraph has no 2-D texture kernels
         t = self.vk(i).value
         layout = self.g.config.graph.memory_layout or t.layout or self.info.layout_override or "channels_packed"
         if layout not in TEXTURE_LAYOUTS or t.dtype.kind not in "fb" or not 1 <= len(t.dims) <= 4 or 0 in t.dims:
@@ -130,11 +130,11 @@ class Lowering:
         probe = Tensor("", t.dims, np.dtype(np.float32), layout, storage="texture3d")
         return layout if max(probe.extents()) <= self.g.device.limits["maxImageDimension3D"] else None
 
-    def asks_texture(self, i: int) -> bool:
-        """Whether the delegate (or the config's ``graph.storage``) asks for tensor ``i`` in a texture."""
+    def asked_storage(self, i: int) -> str:
+        """The storage the config's ``graph.storage``, else the delegate asks for tensor ``i``:
+        its own, else the delegate's override ("" when none, and for non-tensors)."""
         v = self.vk(i)
-        return v.kind == "tensor" and \
-            (self.g.config.graph.storage or v.value.storage or self.info.storage_override) == "texture3d"
+        return (self.g.config.graph.storage or v.value.storage or self.info.storage_override) if v.kind == "tensor" else ""
 
     def gather(self, out: int, x: int, strides: Sequence[int], base: int = 0) -> None:
         """Tensor ``out`` (its dims) gathered from tensor ``x`` by strides over x's contiguous
@@ -214,7 +214,7 @@ class Lowering:
                 ref = self.g.texture_to_buffer(ref)
             ref = self.g.add_view(ref, want)
         self.refs[i] = ref
-        if self.node is not None and self.asks_texture(i):
+        if self.node is not None and self.asked_storage(i) in ("texture3d", "texture2d"):
             self.asked_textures[i] = self.node.name
 
     def error(self, reason: str) -> UnsupportedOpError:
