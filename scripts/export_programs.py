@@ -410,15 +410,17 @@ def programs(gen: torch.Generator):
         "qembed_sdpa": (QEmbedSDPA(), (torch.randint(0, 80, (2, 6), generator=gen),
                                        torch.triu(torch.full((6, 6), -1e4), 1) + rand(6, 6) * 0.1)),
         "rope_interleaved": (RopeInterleaved(), (rand(2, 12, 32),)),
+        # exported with a dynamic batch dim (up to 8): vkgraph runs it at the bound
+        "dynamic_mlp": (MLP(), (rand(8, 32),), (), 128, ({0: torch.export.Dim("batch", max=8)},)),
     }
 
 
 def export(name: str, model: nn.Module, inputs: tuple, out: Path, more_calls: tuple = (),
-           segment_alignment: int = 128) -> None:
+           segment_alignment: int = 128, dynamic_shapes: tuple | None = None) -> None:
     """NAME.pte and NAME.npz: input_K and output_K of the first call, and for a stateful model
     (one with a reset()) callN.input_K / callN.output_K of the calls after it, in order.
     ``segment_alignment`` 4096 puts every constant on a page of its own (vkgraph imports such
-    weights in place; ExecuTorch's default is 128)."""
+    weights in place; ExecuTorch's default is 128); ``dynamic_shapes`` as torch.export takes it."""
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
@@ -433,7 +435,7 @@ def export(name: str, model: nn.Module, inputs: tuple, out: Path, more_calls: tu
             arrays.update({f"{prefix}output_{i}": y.detach().contiguous().numpy() for i, y in enumerate(refs)})
         if hasattr(model, "reset"):
             model.reset()  # the program starts from the state the first call saw
-        ep = torch.export.export(model, inputs)
+        ep = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
         prog = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()]).to_executorch(
             ExecutorchBackendConfig(segment_alignment=segment_alignment))
     (out / f"{name}.pte").write_bytes(prog.buffer)

@@ -19,7 +19,7 @@ from .conftest import assert_no_vulkan_messages, child_env, hit_path
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "data" / "programs"
 FP32 = ["mlp", "encoder", "convnet", "elementwise", "tiny_llama", "vision", "elementwise2", "rope", "resample",
-        "qembed_sdpa", "rope_interleaved"]  # qembed_sdpa: its 4-bit tables dequantize exactly
+        "qembed_sdpa", "rope_interleaved", "dynamic_mlp"]  # qembed_sdpa: its 4-bit tables dequantize exactly
 #: linears quantized by torchao and by PT2E quantizers; quant_mlp's and pc8_mlp's eager outputs
 #: quantize activations to int8 dynamically (vkgraph runs them in float32, as ET-VK's reference
 #: does), hence the looser tolerance
@@ -73,6 +73,16 @@ def test_tensors_are_held_in_the_storage_the_program_asks_for(device, name, stor
         else:
             assert len(textures) >= len(held) // 2 > 0
             assert all(t.layout == lw.texture_layout(i) for lw, i, t in textures)
+
+
+def test_a_program_with_dynamic_shapes_runs_at_their_upper_bounds(device):
+    """dynamic_mlp was exported with a dynamic batch dim up to 8: it runs at 8 (the test above),
+    and a smaller batch is refused with an error that says why."""
+    with load("dynamic_mlp", device) as prog:
+        assert prog.inputs[0].dynamic and prog.inputs[0].shape == (8, 32)
+        with pytest.raises(ValueError, match=r"input_0 must be \(8, 32\) float32, got \(3, 32\) float32 \(the program "
+                                             r"was exported with dynamic shapes; vkgraph runs it at their upper bounds"):
+            prog.run(np.zeros((3, 32), np.float32))
 
 
 def test_ops_without_texture_kernels_are_named_once(device):

@@ -30,6 +30,7 @@ class IOSpec:
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
+    dynamic: bool = False  # exported with dynamic shapes: ``shape`` holds their upper bounds, which vkgraph runs
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def _io(plan: ExecutionPlan, ids: list[int], what: str, path: str) -> list[IOSpe
         if v.kind != "tensor":
             raise UnsupportedOpError(f"{path}: {what} {k} is a {v.kind}; vkgraph runs programs whose inputs and "
                                      "outputs are tensors")
-        specs.append(IOSpec(f"{what}_{k}", v.value.sizes, v.value.dtype))
+        specs.append(IOSpec(f"{what}_{k}", v.value.sizes, v.value.dtype, v.value.dynamic))
     return specs
 
 
@@ -291,7 +292,10 @@ class Program:
         for spec, a in zip(self.inputs, arrays):
             a = np.asarray(a)
             if a.shape != spec.shape or a.dtype != spec.dtype:
-                raise ValueError(f"{self.path}: {spec.name} must be {spec.shape} {spec.dtype}, got {a.shape} {a.dtype}")
+                dynamic = (" (the program was exported with dynamic shapes; vkgraph runs it at their upper bounds, "
+                           "the sizes it holds)") if spec.dynamic else ""
+                raise ValueError(f"{self.path}: {spec.name} must be {spec.shape} {spec.dtype}, got {a.shape} {a.dtype}"
+                                 + dynamic)
             out.append(a)
         return out
 

@@ -41,11 +41,13 @@ VULKAN_BACKEND = "VulkanBackend"
 @dataclass(frozen=True)
 class TensorInfo:
     """A tensor EValue: dtype, sizes, and where its bytes are for a constant (``data``: file
-    offset and size) or ``None`` for one the program computes or receives."""
+    offset and size) or ``None`` for one the program computes or receives. ``dynamic``: exported
+    with dynamic shapes, ``sizes`` being their upper bounds."""
 
     dtype: np.dtype
     sizes: tuple[int, ...]
     data: tuple[int, int] | None = None
+    dynamic: bool = False
 
 
 @dataclass(frozen=True)
@@ -353,7 +355,7 @@ class PteFile:
                 raise chk.fail(f"constant tensor value {i} ({nbytes} bytes at {off}) runs past its segment "
                                f"({seg_size} bytes)")
             data = (seg_off + off, nbytes)
-        return TensorInfo(dtype, sizes, data)
+        return TensorInfo(dtype, sizes, data, t.ShapeDynamism() != pfb.TensorShapeDynamism.STATIC)
 
     # --- what callers use -------------------------------------------------------------------
 
