@@ -380,6 +380,43 @@ class RopeInterleaved(nn.Module):
         return self.fc2(torch.ops.et_vk.apply_rotary_emb_interleaved(self.fc1(x), self.freqs))
 
 
+class BatchedCNN(nn.Module):
+    """A residual CNN block on a batch of 2: ET-VK leaves its convolutions to ExecuTorch's CPU
+    kernels (aten::convolution.out between delegates)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.c2, self.b2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 5)
+        for b in (self.b1, self.b2):
+            b.running_mean.normal_()
+            b.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        h = F.relu(self.b1(self.c1(x)))
+        h = F.relu(self.b2(self.c2(h)) + h)
+        return self.fc(F.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
+class PoolsAndConvs(nn.Module):
+    """Pools, padding, a transposed convolution and a 1-D convolution on a batch of 2 (some of
+    them left to the CPU: aten::_adaptive_avg_pool2d.out, aten::convolution.out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(4)
+        self.bn.running_mean.normal_()
+        self.bn.running_var.uniform_(0.5, 2)
+        self.ct = nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1)
+        self.c1 = nn.Conv1d(4, 6, 3, padding=2, dilation=2)
+
+    def forward(self, x):
+        h = self.bn(x)
+        return (F.max_pool2d(h, 3, 2, 1), F.avg_pool2d(h, 2), F.adaptive_avg_pool2d(h, (2, 3)), self.ct(h),
+                F.pad(h, (1, 2, 0, 1), value=0.5), self.c1(h.flatten(2)))
+
+
 def programs(gen: torch.Generator):
     def rand(*shape):
         return torch.randn(*shape, generator=gen)
@@ -412,6 +449,8 @@ def programs(gen: torch.Generator):
         "rope_interleaved": (RopeInterleaved(), (rand(2, 12, 32),)),
         # exported with a dynamic batch dim (up to 8): vkgraph runs it at the bound
         "dynamic_mlp": (MLP(), (rand(8, 32),), (), 128, ({0: torch.export.Dim("batch", max=8)},)),
+        "batched_cnn": (BatchedCNN(), (rand(2, 3, 8, 8),)),
+        "pools_convs": (PoolsAndConvs(), (rand(2, 4, 7, 9),)),
     }
 
 

@@ -104,6 +104,62 @@ def _clamp(x, lo=None, hi=None):
     return np.clip(x, -np.inf if lo is None else lo, np.inf if hi is None else hi)
 
 
+def _convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    """aten.convolution of 1-D (N, C, L) or 2-D (N, C, H, W) inputs, transposed too: one
+    einsum per kernel tap, in float32."""
+    x, w = np.asarray(x, np.float32), np.asarray(w, np.float32)
+    one_d = x.ndim == 3
+    if one_d:
+        x, w = x[:, :, None], w[:, :, None]
+        stride, padding, dilation, output_padding = ([1, *stride], [0, *padding], [1, *dilation], [0, *output_padding])
+    (sy, sx), (py, px), (dy, dx), g = stride, padding, dilation, int(groups)
+    n, cin, h, wd = x.shape
+    kh, kw = w.shape[2:]
+    if not transposed:  # w [Cout, Cin/g, KH, KW]
+        cout = w.shape[0]
+        ho, wo = (h + 2 * py - dy * (kh - 1) - 1) // sy + 1, (wd + 2 * px - dx * (kw - 1) - 1) // sx + 1
+        xg = np.pad(x, ((0, 0), (0, 0), (py, py), (px, px))).reshape(n, g, cin // g, h + 2 * py, wd + 2 * px)
+        wg = w.reshape(g, cout // g, cin // g, kh, kw)
+        out = np.zeros((n, g, cout // g, ho, wo), np.float32)
+        for ky in range(kh):
+            for kx in range(kw):
+                patch = xg[..., ky * dy:ky * dy + sy * (ho - 1) + 1:sy, kx * dx:kx * dx + sx * (wo - 1) + 1:sx]
+                out += np.einsum("ngchw,goc->ngohw", patch, wg[..., ky, kx])
+    else:  # w [Cin, Cout/g, KH, KW]: every input pixel scattered through the kernel
+        cout = w.shape[1] * g
+        (oy, ox) = output_padding
+        ho, wo = (h - 1) * sy - 2 * py + dy * (kh - 1) + oy + 1, (wd - 1) * sx - 2 * px + dx * (kw - 1) + ox + 1
+        xg, wg = x.reshape(n, g, cin // g, h, wd), w.reshape(g, cin // g, cout // g, kh, kw)
+        full = np.zeros((n, g, cout // g, (h - 1) * sy + dy * (kh - 1) + 1 + oy, (wd - 1) * sx + dx * (kw - 1) + 1 + ox),
+                        np.float32)
+        for ky in range(kh):
+            for kx in range(kw):
+                full[..., ky * dy:ky * dy + sy * (h - 1) + 1:sy, kx * dx:kx * dx + sx * (wd - 1) + 1:sx] += \
+                    np.einsum("ngchw,gco->ngohw", xg, wg[..., ky, kx])
+        out = full[..., py:py + ho, px:px + wo]
+    out = out.reshape(n, cout, ho, wo)
+    if b is not None:
+        out = out + np.asarray(b, np.float32)[None, :, None, None]
+    return out[:, :, 0] if one_d else out
+
+
+def _adaptive_avg_pool2d(x, size):
+    """aten._adaptive_avg_pool2d: output cell i averages input rows floor(i H / O) .. ceil((i + 1) H / O)."""
+    h, w = x.shape[-2:]
+    rows = [(i * h // size[0], -(-(i + 1) * h // size[0])) for i in range(size[0])]
+    cols = [(j * w // size[1], -(-(j + 1) * w // size[1])) for j in range(size[1])]
+    return np.stack([np.stack([x[..., r0:r1, c0:c1].mean(axis=(-2, -1)) for c0, c1 in cols], -1) for r0, r1 in rows], -2)
+
+
+def _constant_pad_nd(x, pad, value=0.0):
+    """Pads (negative amounts crop) the last dims: ``pad`` is (before, after) pairs from the last dim back."""
+    widths = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):
+        widths[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+    grown = np.pad(x, [(max(a, 0), max(b, 0)) for a, b in widths], constant_values=value)
+    return grown[tuple(slice(max(-a, 0), grown.shape[d] - max(-b, 0)) for d, (a, b) in enumerate(widths))]
+
+
 KERNELS: dict[str, Callable[..., Any]] = {
     # elementwise
     "add": lambda a, b, alpha=1: np.add(a, np.multiply(b, alpha) if alpha != 1 else b),
@@ -145,6 +201,9 @@ KERNELS: dict[str, Callable[..., Any]] = {
     "addmm": lambda b, x, w, beta=1, alpha=1: beta * b + alpha * (x @ w),
     "_softmax": _softmax, "softmax": _softmax, "_log_softmax": _log_softmax, "log_softmax": _log_softmax,
     "native_layer_norm": _layer_norm, "embedding": lambda w, ids, *_: w[np.asarray(ids)],
+    "convolution": _convolution, "_adaptive_avg_pool2d": _adaptive_avg_pool2d, "constant_pad_nd": _constant_pad_nd,
+    "hardswish": lambda a: a * np.clip(a + 3, 0, 6) / 6, "hardsigmoid": lambda a: np.clip(a + 3, 0, 6) / 6,
+    "leaky_relu": lambda a, slope=0.01: np.where(a >= 0, a, a * slope),
     # quantization (scale and zero point: scalars, or one-element tensors for the .tensor overloads)
     "quantize_per_tensor": lambda x, s, z, lo, hi, *_: np.clip(np.round(np.float32(x) * np.float32(1.0 / float(s)))
                                                                + float(z), lo, hi),

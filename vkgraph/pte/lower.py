@@ -715,13 +715,22 @@ def _conv(L: Lowering, x: int, w: int, b: int, stride: int, pad: int, dil: int, 
         return _conv_transposed(L, x, w, b, stride, pad, dil, groups, out)
     if L.const(w) is None:
         raise L.error("a convolution weight computed at run time is not supported")
-    if len(L.dims(x)) != 4:
-        raise L.error(f"only 2-D convolution (NCHW input) is supported, not input {L.dims(x)}")
+    dims = L.dims(x)
+    if len(dims) not in (3, 4):
+        raise L.error(f"only 1-D and 2-D convolution (NCL or NCHW input) are supported, not input {dims}")
     bias = None if L.vk(b).kind == "null" else L.weight(b)
-    # ops.conv2d runs on channels-packed textures when its input is one
-    lay = "channels_packed" if L.texture_layout(out) == "channels_packed" else None
-    y = ops.conv2d(L.g, L.src(x, lay), L.weight(w), bias, stride=tuple(L.arg(stride)), padding=tuple(L.arg(pad)),
-                   dilation=tuple(L.arg(dil)), groups=int(L.arg(groups)))
+    geometry = [tuple(int(v) for v in L.arg(i)) for i in (stride, pad, dil)]
+    if len(dims) == 3:  # 1-D: a 2-D convolution of height 1
+        wt = L.const(w)
+        weight = L.derived(f"conv1d_w{w}", lambda: np.asarray(wt, np.float32).reshape(*wt.shape[:2], 1, wt.shape[2]))
+        geometry = [(first, *v) for first, v in zip((1, 0, 1), geometry)]
+        lay, xin = None, L.g.add_view(L.t(x), (dims[0], dims[1], 1, dims[2]))
+    else:  # ops.conv2d runs on channels-packed textures when its input is one
+        weight = L.weight(w)
+        lay = "channels_packed" if L.texture_layout(out) == "channels_packed" else None
+        xin = L.src(x, lay)
+    y = ops.conv2d(L.g, xin, weight, bias, stride=geometry[0], padding=geometry[1], dilation=geometry[2],
+                   groups=int(L.arg(groups)))
     if lay is None:
         y = ops.to_buffer(L.g, y)
     if len(rest) == 3:  # et_vk.conv_with_clamp: output_min, output_max
