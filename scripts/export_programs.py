@@ -417,6 +417,23 @@ class PoolsAndConvs(nn.Module):
                 F.pad(h, (1, 2, 0, 1), value=0.5), self.c1(h.flatten(2)))
 
 
+class CpuKernels(nn.Module):
+    """Ops ET-VK 1.5.1 leaves to ExecuTorch's portable CPU kernels, several with two or three
+    outputs: max/min along a dim, topk, var/std, cumsum, elu, erf, log1p (softplus), remainder,
+    instance norm; around a linear that ET-VK runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, img):
+        x = self.fc(x)
+        a = x.max(1).values - x.min(0).values.sum() + x.topk(3, 1).values.sum(1, keepdim=True)
+        b = x.var(1, keepdim=True) + x.std(0) + torch.cumsum(x, 1)
+        c = F.elu(x) + torch.erf(x) + F.softplus(x) + torch.remainder(x, 0.7)
+        return a, b, c, F.instance_norm(img)
+
+
 def programs(gen: torch.Generator):
     def rand(*shape):
         return torch.randn(*shape, generator=gen)
@@ -451,6 +468,7 @@ def programs(gen: torch.Generator):
         "dynamic_mlp": (MLP(), (rand(8, 32),), (), 128, ({0: torch.export.Dim("batch", max=8)},)),
         "batched_cnn": (BatchedCNN(), (rand(2, 3, 8, 8),)),
         "pools_convs": (PoolsAndConvs(), (rand(2, 4, 7, 9),)),
+        "cpu_kernels": (CpuKernels(), (rand(3, 8), rand(1, 6, 5, 7))),
     }
 
 

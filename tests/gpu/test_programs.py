@@ -19,7 +19,8 @@ from .conftest import assert_no_vulkan_messages, child_env, hit_path
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "data" / "programs"
 FP32 = ["mlp", "encoder", "convnet", "elementwise", "tiny_llama", "vision", "elementwise2", "rope", "resample",
-        "qembed_sdpa", "rope_interleaved", "dynamic_mlp", "batched_cnn", "pools_convs"]  # qembed_sdpa: its 4-bit tables dequantize exactly
+        "qembed_sdpa", "rope_interleaved", "dynamic_mlp", "batched_cnn", "pools_convs",
+        "cpu_kernels"]  # qembed_sdpa: its 4-bit tables dequantize exactly
 #: linears quantized by torchao and by PT2E quantizers; quant_mlp's and pc8_mlp's eager outputs
 #: quantize activations to int8 dynamically (vkgraph runs them in float32, as ET-VK's reference
 #: does), hence the looser tolerance

@@ -6,6 +6,7 @@ order and returns its output (a tuple for several)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -160,6 +161,56 @@ def _constant_pad_nd(x, pad, value=0.0):
     return grown[tuple(slice(max(-a, 0), grown.shape[d] - max(-b, 0)) for d, (a, b) in enumerate(widths))]
 
 
+def _var(x, dims=None, correction=1, keepdim=False):
+    """aten.var.correction (``correction`` None: 1, as torch)."""
+    x = np.asarray(x, np.float64)
+    return np.var(x, axis=_dims(x, dims), ddof=1 if correction is None else correction, keepdims=bool(keepdim))
+
+
+def _extreme(fn: Callable, arg: Callable, pairwise: Callable) -> Callable:
+    """aten.max / min: .dim gives (values, indices) along ``dim``, .other the elementwise extreme
+    of two tensors, .default the extreme of all elements."""
+    def k(x, dim=None, keepdim=False):
+        x = np.asarray(x)
+        if isinstance(dim, np.ndarray):
+            return pairwise(x, dim)
+        if dim is None:
+            return fn(x)
+        return fn(x, axis=dim, keepdims=bool(keepdim)), arg(x, axis=dim, keepdims=bool(keepdim))
+    return k
+
+
+def _topk(x, k, dim=-1, largest=True, sorted_=True):
+    order = np.argsort(-x if largest else x, axis=dim, kind="stable")
+    idx = np.take(order, np.arange(k), axis=dim)
+    return np.take_along_axis(x, idx, axis=dim), idx
+
+
+def _sort(x, dim=-1, descending=False, *_):
+    idx = np.argsort(-x if descending else x, axis=dim, kind="stable")
+    return np.take_along_axis(x, idx, axis=dim), idx
+
+
+def _instance_stats_norm(x, w, b, training, momentum, eps):
+    """aten._native_batch_norm_legit.no_stats: normalized with the batch's own statistics per
+    channel, (out, mean, 1 / std)."""
+    axes = (0, *range(2, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(x.var(axis=axes, keepdims=True) + eps)
+    y = (x - mean) * rstd
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = y * np.reshape(w, shape) if w is not None else y
+    y = y + np.reshape(b, shape) if b is not None else y
+    return y, mean.reshape(-1), rstd.reshape(-1)
+
+
+def _logsumexp(x, dims, keepdim=False):
+    axis = _dims(x, dims)
+    m = np.max(x, axis=axis, keepdims=True)
+    out = m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+    return out if keepdim else np.squeeze(out, axis=axis)
+
+
 KERNELS: dict[str, Callable[..., Any]] = {
     # elementwise
     "add": lambda a, b, alpha=1: np.add(a, np.multiply(b, alpha) if alpha != 1 else b),
@@ -175,9 +226,21 @@ KERNELS: dict[str, Callable[..., Any]] = {
     "rsqrt": lambda a: 1.0 / np.sqrt(a), "reciprocal": lambda a: 1.0 / a,
     "sigmoid": lambda a: 1.0 / (1.0 + np.exp(-a)), "tanh": np.tanh, "relu": lambda a: np.maximum(a, 0),
     "silu": lambda a: a / (1.0 + np.exp(-a)), "gelu": _gelu, "clamp": _clamp, "hardtanh": _clamp,
+    "erf": np.frompyfunc(math.erf, 1, 1), "log1p": np.log1p, "expm1": np.expm1, "floor": np.floor, "ceil": np.ceil,
+    "trunc": np.trunc, "round": np.round, "sign": np.sign, "sin": np.sin, "cos": np.cos, "tan": np.tan,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "log2": np.log2,
+    "log10": np.log10, "square": np.square, "remainder": np.mod, "fmod": np.fmod,
+    "elu": lambda a, alpha=1.0, scale=1.0, input_scale=1.0: scale * np.where(a > 0, a, alpha * np.expm1(a * input_scale)),
+    "softplus": lambda a, beta=1.0, threshold=20.0: np.where(a * beta > threshold, a, np.log1p(np.exp(a * beta)) / beta),
     # reductions
     "sum": _reduction(_sum), "mean": _reduction(np.mean), "amax": _reduction(np.max), "amin": _reduction(np.min),
-    "any": _reduction(np.any),
+    "any": _reduction(np.any), "prod": lambda x, dim=None, keepdim=False, *_: np.prod(x, axis=dim, keepdims=bool(keepdim)),
+    "var": _var, "std": lambda *a: np.sqrt(_var(*a)), "logsumexp": _logsumexp,
+    "max": _extreme(np.max, np.argmax, np.maximum), "min": _extreme(np.min, np.argmin, np.minimum),
+    "argmax": lambda x, dim=None, keepdim=False: np.argmax(x, axis=dim, keepdims=bool(keepdim)),
+    "argmin": lambda x, dim=None, keepdim=False: np.argmin(x, axis=dim, keepdims=bool(keepdim)),
+    "cumsum": lambda x, dim, *_: np.cumsum(x, axis=dim), "cumprod": lambda x, dim, *_: np.cumprod(x, axis=dim),
+    "topk": _topk, "sort": _sort, "_native_batch_norm_legit": _instance_stats_norm,
     # shapes and copies
     "view_copy": lambda x, size: np.reshape(x, tuple(size)), "_unsafe_view": lambda x, size: np.reshape(x, tuple(size)),
     "reshape": lambda x, size: np.reshape(x, tuple(size)),

@@ -224,7 +224,11 @@ class Chain:
     def _kernel(self, op: str, args: tuple[int, ...], values: list[Any], at: int) -> None:
         fn = kernels.kernel(op)
         plan = self.plan
-        ins, outs = (args[:-2], args[-2:]) if op.endswith("out") else (args[:-1], args[-1:])
+        # the last argument is what the kernel returns: a tensor, or a list of several; an out
+        # variant also passes each output before it (ExecuTorch's emitter)
+        ret = plan.values[args[-1]]
+        outs = tuple(ret.value) if ret.kind == "tensor_list" else args[-1:]
+        ins = args[:-1 - len(outs)] if ret.kind == "tensor_list" or (len(args) > 1 and args[-2] == args[-1]) else args[:-1]
         vals = []
         for i in ins:
             v = plan.values[i]
@@ -233,12 +237,17 @@ class Chain:
             else:
                 vals.append(values[i])
         try:
-            result = np.asarray(fn(*vals))
+            result = fn(*vals)
         except (ValueError, TypeError, IndexError) as exc:
             raise VkGraphError(f"{self.pte.path}: instruction {at} ({op}) failed: {exc}") from None
-        for o in outs:
+        results = result if isinstance(result, tuple) else (result,)
+        if len(results) < len(outs):
+            raise VkGraphError(f"{self.pte.path}: instruction {at} ({op}) gave {len(results)} outputs, the program "
+                               f"takes {len(outs)}")
+        for o, r in zip(outs, results):
             t = plan.values[o].value
-            values[o] = result.astype(t.dtype).reshape(t.sizes) if isinstance(t, TensorInfo) else result
+            r = np.asarray(r)
+            values[o] = r.astype(t.dtype).reshape(t.sizes) if isinstance(t, TensorInfo) else r
 
 
 class Program:
