@@ -32,6 +32,15 @@ def test_bench_load_json(device, cache_dir, capsys, mode):
     assert out["packing_dispatches"] > 0 and out["load_s"] > 0
 
 
+def test_bench_load_copy_floor_copies_the_constants_a_load_packs(device, cache_dir, capsys):
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--json"]) == 0
+    load = json.loads(capsys.readouterr().out)
+    assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", "copy-floor", "--json"]) == 0
+    floor = json.loads(capsys.readouterr().out)
+    assert floor["mode"] == "copy-floor" and floor["model"] == "synthetic:4" and floor["load_s"] > 0
+    assert floor["total_constant_nbytes"] == load["total_constant_nbytes"]
+
+
 @pytest.mark.parametrize("mode", ["legacy", "staged"])
 def test_bench_load_profile_times_every_packer(device, cache_dir, capsys, mode):
     """--profile: GPU time per packer from a timestamp after every prepack node; every node is

@@ -31,16 +31,22 @@ def graph(device, compiler, **cfg):
     return ComputeGraph(GraphConfig().replace(**cfg), device=device, compiler=compiler)
 
 
+@pytest.mark.parametrize("host_packing", ["never", "cpu-renderer"])
 @pytest.mark.parametrize("packer", ["identity", "transposed", "linear_4x4"])
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (4, 4), (17, 33), (64, 130)])
-def test_packers_match_numpy(device, compiler, packer, shape):
+def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
+    """The packing shaders, and on CPU renderers with prepack.host_packing = "cpu-renderer" the
+    packers' host forms writing straight into device memory: the same bytes as numpy's."""
     rng = np.random.default_rng(sum(shape))
     w = rng.standard_normal(shape).astype(np.float32)
-    with graph(device, compiler) as g:
+    with graph(device, compiler, prepack__host_packing=host_packing) as g:
         dst = g.prepack_tensor(g.add_tensorref(w, "w"), packer)
         assert g.values[dst].buffer is None  # memory is bound lazily, at its packing dispatch
-        g.run_prepack()
+        report = g.run_prepack()
         got = g.read_tensor(dst)
+    on_host = device.host_visible_device_local and (packer == "identity" or (host_packing != "never" and device.is_cpu))
+    assert g.prepack_nodes[0].direct == on_host
+    assert (report.direct_writes, report.packing_dispatches) == ((1, 0) if on_host else (0, int(packer != "identity")))
     np.testing.assert_array_equal(got, REFERENCE[packer](w).reshape(-1).view(np.uint8))
 
 

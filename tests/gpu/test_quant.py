@@ -57,6 +57,24 @@ def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, m, 
     np.testing.assert_array_equal(out["e"], np.where(valid[:, None], deq[np.clip(ids, 0, n - 1)], 0))
 
 
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_host_packing_matches_the_shader(device, compiler, fmt):
+    """With prepack.host_packing = "cpu-renderer" a CPU renderer packs GGML blocks in numpy
+    straight into device memory: the same records as the packing shader's."""
+    from vkgraph.config import GraphConfig
+
+    raw, _ = quantized(fmt, 33, 96, 7)
+    packed = []
+    for host in ("never", "cpu-renderer"):
+        with ComputeGraph(GraphConfig().replace(prepack__host_packing=host), device=device, compiler=compiler) as g:
+            w = g.prepack_tensor(g.add_tensorref(raw, "w", quant=fmt))
+            report = g.run_prepack()
+            assert report.packing_dispatches == int(host == "never" or not device.is_cpu)
+            packed.append(g.read_tensor(w))
+    np.testing.assert_array_equal(packed[0], ref_packed(fmt, raw))
+    np.testing.assert_array_equal(packed[1], packed[0])
+
+
 @pytest.mark.parametrize("m", [1, 11])
 @pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
 def test_linear_with_residual(device, compiler, monkeypatch, m, cpu_kernels):

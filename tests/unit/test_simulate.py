@@ -136,3 +136,19 @@ def test_bad_contention_rate(tmp_path):
     p.write_text(text.split("[contention]")[0] + "[contention]\ncpu_rate = 1.5\n")
     with pytest.raises(ConfigError, match="contention.cpu_rate: must be in"):
         load_profile(p)
+
+
+def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
+    """prepack.host_packing = "cpu-renderer" (graph.packers.packs_on_host): on a CPU renderer the
+    CPU writes host-form weights straight into device memory: no staging, no dispatch, each
+    node's bytes at the profile's host-pack bandwidth; elsewhere nothing changes."""
+    nodes = nodes_of([4096] * 5) + nodes_of([64], packer="conv2d_c4")  # conv2d_c4: no host form
+    cfg = GraphConfig().replace(prepack__host_packing="cpu-renderer")
+    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, host_pack_gbps={"linear_4x4": 2.0}, source_read_gbps=0.0)
+    host = simulate(nodes, cfg, cpu, "staged")
+    assert host.packing_dispatches == 1 and sum(b.staging_nbytes for b in host.batches) == 64
+    assert host.cpu_encode_s == pytest.approx(6 * cpu.encode_node_s + 5 * 4096 / 2e9 + 64 / (cpu.fresh_copy_gbps * 1e9)
+                                              + host.submits * cpu.submit_s, rel=1e-6)
+    for p, c in ((dataclasses.replace(cpu, cpu_renderer=False), cfg), (cpu, GraphConfig())):  # a GPU; the default
+        shaders = simulate(nodes, c, p, "staged")
+        assert shaders.packing_dispatches == 6 and sum(b.staging_nbytes for b in shaders.batches) == 5 * 4096 + 64

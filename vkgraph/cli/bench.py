@@ -8,14 +8,19 @@ import argparse
 import json
 
 from ..models.registry import KNOWN_MODELS
-from ..tools.bench import MODES
+from ..tools.bench import FLOOR, MODES
 
 
 def cmd_bench_load(args: argparse.Namespace) -> int:
-    from ..tools.bench import bench_json, load_model
+    from ..tools.bench import bench_json, copy_floor, load_model
 
     if args.loads < 1:
         raise ValueError(f"--loads must be >= 1, not {args.loads}")
+    if args.mode == FLOOR:  # no device: the same bytes copied into fresh memory
+        out = copy_floor(args.model)
+        print(json.dumps(out) if args.json else "\n".join(f"{k:<22} {v}" for k, v in out.items()))
+        return 0
+
     def summary(r) -> dict:
         out = bench_json(r, args.mode)
         if not args.profile:
@@ -110,8 +115,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bl = bench_sub.add_parser("load", help="one model load in this process")
     bl.add_argument("--model", default="synthetic:256",
                     help=f"{KNOWN_MODELS} (default synthetic:256)")
-    bl.add_argument("--mode", choices=MODES, default="staged",
-                    help="cold-cache: staged load that writes a fresh packed-weight cache; warm-cache: load from it")
+    bl.add_argument("--mode", choices=(*MODES, FLOOR), default="staged",
+                    help="cold-cache: staged load that writes a fresh packed-weight cache; warm-cache: load from it; "
+                         f"{FLOOR}: no load, the constants' bytes read into fresh memory by numpy (what a load is "
+                         "compared with)")
     bl.add_argument("--config", help="TOML config (default configs/default.toml)")
     bl.add_argument("--trace", help="write a Chrome trace of the load to this file")
     bl.add_argument("--json", action="store_true")

@@ -17,7 +17,7 @@ from .allocation import TensorMemory
 from .execute import ExecutePlan
 from .kernels import KernelCache
 from .nodes import DispatchNode, PrepackNode, dispatch_groups
-from .packers import Packer, get_packer
+from .packers import Packer, get_packer, packs_on_host
 from .prepack import Prepacker, ProgressFn
 from .report import LoadReport
 from .values import ArraySource, ByteSource, IOStaging, Tensor, TensorRef, ValueRef, gather_params
@@ -216,7 +216,8 @@ class ComputeGraph:
         if dst.storage == "texture3d":
             self._check_texture(dst)
         dst_ref = self._add(dst, None)
-        direct = packer.shader is None and self.device.host_visible_device_local
+        direct = packs_on_host(packer, self.device.host_visible_device_local, self.device.is_cpu,
+                               self.config.prepack.host_packing)
         ref.readers += 1
         self.prepack_nodes.append(PrepackNode(src, dst_ref, packer, direct))
         self._packed[(src, packer.name)] = dst_ref

@@ -39,7 +39,7 @@ class PrepackNode:
     src: ValueRef
     dst: ValueRef
     packer: Packer
-    direct: bool  # identity packer on host-visible device memory: no staging, no command
+    direct: bool  # the CPU packs it straight into host-visible device memory (packers.packs_on_host)
 
     def staging_nbytes(self, graph: ComputeGraph) -> int:
         return 0 if self.direct else graph.values[self.src].nbytes
@@ -69,7 +69,7 @@ class PrepackNode:
         data = src.source.read()
         dispatches = 0
         if self.direct:
-            dst.buffer.write(data)
+            self.packer.pack_host(src, data, dst.buffer.view())
         else:
             assert region is not None
             offset = region.write(data, graph.staging_alignment)

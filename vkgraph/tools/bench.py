@@ -22,6 +22,7 @@ from ..paths import DEFAULT_CONFIG, user_cache_dir
 from ..runtime import reported_messages
 
 MODES = ("legacy", "staged", "reduce-peak", "cold-cache", "warm-cache")
+FLOOR = "copy-floor"  # bench load's measurement of what a load is compared with (copy_floor)
 
 
 def _status_kib(field: str) -> int:
@@ -167,6 +168,30 @@ def bench_json(r: LoadResult, mode: str = "") -> dict[str, Any]:
 #: load's frees set, MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864, synthetic:256
 #: faulted 288, 13, 12, 12 MiB: the second load was already settled).
 SETTLING_LOADS = 2
+
+
+def copy_floor(model: str) -> dict[str, Any]:
+    """The floor a load of ``model`` is measured against: the bytes of all its constants read
+    from their sources (the same file mappings a load reads) into freshly allocated memory (a
+    load's first touch of device memory), by numpy, with nothing packed. Run it in a fresh
+    process (``vkgraph bench load --mode copy-floor``) to compare with a load's first run."""
+    from ..graph.compute_graph import DeviceFacts
+    from ..graph.values import TensorRef
+
+    resolve(model)
+    with open_model(model) as m:
+        g = ComputeGraph.recording(facts=DeviceFacts())
+        m.build(g)
+        refs = [g.values[n.src] for n in g.prepack_nodes]
+        assert all(isinstance(r, TensorRef) for r in refs)
+        gc.collect()
+        t0 = time.perf_counter()
+        kept = []  # one allocation per tensor, as a load's device memory, all alive: fresh pages each
+        for r in refs:
+            kept.append(np.empty(r.nbytes, np.uint8))
+            kept[-1][:] = r.source.read()
+        seconds = time.perf_counter() - t0
+    return {"model": m.ref.name, "mode": FLOOR, "total_constant_nbytes": sum(r.nbytes for r in refs), "load_s": seconds}
 
 
 def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: int = 1,

@@ -12,6 +12,8 @@ import numpy as np
 
 from ..config import GraphConfig
 from ..graph.compute_graph import ComputeGraph
+from ..ggml import FORMATS
+from ..graph.values import ArraySource
 from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind
 from .simulate import Profile, load_profile, model_nodes, simulate
 
@@ -75,6 +77,27 @@ def _time_copy(dst: np.ndarray, src: np.ndarray) -> float:
     t0 = time.perf_counter()
     np.copyto(dst, src)
     return time.perf_counter() - t0
+
+
+def _host_pack_gbps(packer: str, arrays: list[np.ndarray], repeat: int) -> float:
+    """The packer's host form (graph.packers) packing ``arrays`` into freshly allocated memory,
+    as a host-packed load writes straight into fresh device pages."""
+    from ..graph.packers import get_packer
+    from ..graph.values import TensorRef
+
+    p = get_packer(packer)
+    refs = [TensorRef(f"w{i}", a.shape, a.dtype, ArraySource(a), quant=packer if packer in FORMATS else "")
+            for i, a in enumerate(arrays)]
+
+    def once() -> float:
+        outs = [np.empty(p.packed_nbytes(r), np.uint8) for r in refs]
+        t0 = time.perf_counter()
+        for r, a, out in zip(refs, arrays, outs):
+            p.pack_host(r, a.reshape(-1).view(np.uint8), out)
+        return time.perf_counter() - t0
+
+    once()
+    return sum(a.nbytes for a in arrays) / _median(once, repeat) / 1e9
 
 
 def _round_trip(dev: Device) -> tuple[float, float]:
@@ -206,25 +229,31 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
         return statistics.median(packed / max(gpu - len(arrays) * dispatch_s, 1e-9) / 1e9 for _, gpu, packed in runs)
 
     pack["linear_4x4"] = pack_gbps("linear_4x4", big)
+    host = {name: _host_pack_gbps(name, big, repeat) for name in ("linear_4x4", "transposed")}
     for fmt, kind in (("q4_0", gguf.GGMLQuantizationType.Q4_0), ("q4_1", gguf.GGMLQuantizationType.Q4_1),
                       ("q8_0", gguf.GGMLQuantizationType.Q8_0)):
-        pack[fmt] = pack_gbps(fmt, [quantize(a[: rows // 8], kind) for a in big], fmt)
+        blocks = [quantize(a[: rows // 8], kind) for a in big]
+        pack[fmt] = pack_gbps(fmt, blocks, fmt)
+        host[fmt] = _host_pack_gbps(fmt, blocks, repeat)
     pack["default"] = pack["linear_4x4"]
     pack["identity"] = copy
+    host["default"] = host["linear_4x4"]
     cpu_rate, gpu_rate = _contention(device, big, repeat)
     p = device.physical
     profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
                       copy, fresh, encode_node_s, submit_s, fence_s, dispatch_s, pack,
                       source=f"vkgraph simulate --calibrate on {p.name} ({p.driver}), {datetime.date.today()}",
-                      source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate)
+                      source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate, cpu_renderer=device.is_cpu,
+                      host_pack_gbps=host)
     raw = {"copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
            "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "dispatch_s": dispatch_s, "pack_gbps": pack,
-           "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
+           "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
 
 
 def profile_toml(p: Profile) -> str:
     pack = "\n".join(f"{k} = {v:.4g}" for k, v in sorted(p.pack_gbps.items()))
+    host = "\n".join(f"{k} = {v:.4g}" for k, v in sorted(p.host_pack_gbps.items()))
     return f"""# Measured by `vkgraph simulate --calibrate`.
 source = "{p.source}"
 
@@ -232,6 +261,7 @@ source = "{p.source}"
 name = "{p.name}"
 host_visible_device_local = {str(p.host_visible_device_local).lower()}
 staging_alignment = {p.staging_alignment}
+cpu_renderer = {str(p.cpu_renderer).lower()}
 
 [cpu]
 copy_gbps = {p.copy_gbps:.4g}          # into already-touched memory
@@ -239,6 +269,9 @@ fresh_copy_gbps = {p.fresh_copy_gbps:.4g}    # into freshly allocated pages
 source_read_gbps = {p.source_read_gbps:.4g}   # first read of weights through a file mapping
 encode_node_us = {p.encode_node_s * 1e6:.4g}
 submit_us = {p.submit_s * 1e6:.4g}
+
+[cpu.host_pack_gbps]  # the CPU packing into fresh pages (prepack.host_packing = "cpu-renderer")
+{host}
 
 [gpu]
 fence_latency_us = {p.fence_latency_s * 1e6:.4g}

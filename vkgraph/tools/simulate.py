@@ -7,8 +7,9 @@ each mode holds), models the staging ring with the same reserve/retire rule as
 :class:`~vkgraph.graph.staging.StagingRing`, and runs the CPU and the GPU queue as two timelines:
 
 - CPU per batch: reserve staging (waiting for the oldest batches' fences when the ring is full),
-  encode each node (a fixed cost plus copying its bytes into staging, or straight into device
-  memory for direct writes, at the bandwidth of fresh or already-touched pages), then submit.
+  encode each node (a fixed cost plus copying its bytes into staging, or, for weights the CPU
+  packs itself (graph.packers.packs_on_host), writing them straight into fresh device pages at
+  the copy's or the packer's host-form bandwidth), then submit.
 - GPU per batch: starts when submitted and the queue is free; each node costs a dispatch overhead
   plus its packed bytes over the packer kind's bandwidth.
 - While both encode and pack at once, each runs at its profile rate (``[contention]``) of its
@@ -29,6 +30,7 @@ from typing import Any
 from ..config import GraphConfig
 from ..errors import ConfigError
 from ..graph.compute_graph import ComputeGraph
+from ..graph.packers import get_packer, packs_on_host
 from ..graph.scheduler import align_up, plan_prepack, run_prepack_mode
 from ..models.registry import open_model
 from ..paths import PROFILE_DIR
@@ -68,9 +70,19 @@ class Profile:
     #: where the "GPU" shares the CPU's cores (lavapipe, SwiftShader); 1.0 for separate hardware
     cpu_rate: float = 1.0
     gpu_rate: float = 1.0
+    #: a CPU renderer (lavapipe, SwiftShader): with ``prepack.host_packing = "cpu-renderer"`` the
+    #: CPU packs weights whose packer has a host form (graph.packers.packs_on_host)
+    cpu_renderer: bool = False
+    host_pack_gbps: dict[str, float] = field(default_factory=dict)  # the CPU packing into fresh pages, per packer
 
     def pack_bandwidth(self, packer: str) -> float:
         return self.pack_gbps.get(packer, self.pack_gbps["default"]) * GB
+
+    def host_pack_bandwidth(self, packer: str) -> float:
+        """The CPU writing a weight straight into fresh device pages: a copy for identity, the
+        packer's host form for the rest."""
+        return (self.fresh_copy_gbps if packer == "identity" else
+                self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps))) * GB
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -98,13 +110,16 @@ def load_profile(path: str | Path) -> Profile:
             pack_gbps=pack, source=str(d.get("source", "")), source_read_gbps=float(cpu.get("source_read_gbps", 0.0)),
             cpu_rate=float(d.get("contention", {}).get("cpu_rate", 1.0)),
             gpu_rate=float(d.get("contention", {}).get("gpu_rate", 1.0)),
+            cpu_renderer=bool(dev.get("cpu_renderer", False)),
+            host_pack_gbps={k: float(v) for k, v in cpu.get("host_pack_gbps", {}).items()},
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(p), "(values)", str(exc)) from None
     for key, v in (("cpu.copy_gbps", prof.copy_gbps), ("cpu.fresh_copy_gbps", prof.fresh_copy_gbps),
-                   *((f"gpu.pack_gbps.{k}", v) for k, v in pack.items())):
+                   *((f"gpu.pack_gbps.{k}", v) for k, v in pack.items()),
+                   *((f"cpu.host_pack_gbps.{k}", v) for k, v in prof.host_pack_gbps.items())):
         if v <= 0:
             raise ConfigError(str(p), key, f"must be > 0, got {v}")
     for key, v in (("contention.cpu_rate", prof.cpu_rate), ("contention.gpu_rate", prof.gpu_rate)):
@@ -203,7 +218,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
     mode = mode or run_prepack_mode(cfg, total)
 
     def direct(n: SimNode) -> bool:
-        return not n.shader and profile.host_visible_device_local
+        return packs_on_host(get_packer(n.packer), profile.host_visible_device_local, profile.cpu_renderer,
+                             cfg.prepack.host_packing)
 
     sizes = [0 if direct(n) else n.src_nbytes for n in nodes]
     prepack = plan_prepack(mode, sizes, profile.staging_alignment, cfg)
@@ -224,7 +240,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             if profile.source_read_gbps > 0:  # weights come from file mappings: page faults on first read
                 c += n.src_nbytes / (profile.source_read_gbps * GB)
             if direct(n):
-                c += n.src_nbytes / (profile.fresh_copy_gbps * GB)  # into fresh device pages
+                c += n.src_nbytes / profile.host_pack_bandwidth(n.packer)  # into fresh device pages
                 continue
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
