@@ -13,7 +13,8 @@ import numpy as np
 from ..config import GraphConfig
 from ..graph.compute_graph import ComputeGraph
 from ..ggml import FORMATS
-from ..graph.values import ArraySource
+from ..graph.packers import get_packer
+from ..graph.values import ArraySource, TensorRef
 from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind
 from .simulate import Profile, load_profile, model_nodes, simulate
 
@@ -82,9 +83,6 @@ def _time_copy(dst: np.ndarray, src: np.ndarray) -> float:
 def _host_pack_gbps(packer: str, arrays: list[np.ndarray], repeat: int) -> float:
     """The packer's host form (graph.packers) packing ``arrays`` into freshly allocated memory,
     as a host-packed load writes straight into fresh device pages."""
-    from ..graph.packers import get_packer
-    from ..graph.values import TensorRef
-
     p = get_packer(packer)
     refs = [TensorRef(f"w{i}", a.shape, a.dtype, ArraySource(a), quant=packer if packer in FORMATS else "")
             for i, a in enumerate(arrays)]
