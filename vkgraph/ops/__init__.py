@@ -149,15 +149,13 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
 
 def _linear_texture(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None, layout: str) -> ValueRef:
     """An fp32 linear on width-packed textures (glsl/linear_texture.glsl)."""
-    xt = _tensor(g, x, "linear input")
+    x, xt = _kernel_input(g, x, layout, "width_packed", "linear")
     w_ref = _weight(g, weight, "linear_4x4")
     w = g.values[w_ref]
-    if layout != "width_packed" or w.layout != "linear_4x4" or w.nbytes > g.max_binding_nbytes:
-        raise ValueError(f"linear: textures need fp32 weights within one binding, width-packed; not {w.layout} "
-                         f"{w.nbytes} bytes, {layout}")
+    if w.layout != "linear_4x4" or w.nbytes > g.max_binding_nbytes:
+        raise ValueError(f"linear: on textures, fp32 weights within one binding; not {w.layout} {w.nbytes} bytes")
     if not 1 <= len(xt.shape) <= 4 or xt.shape[-1] != w.shape[1]:
         raise ValueError(f"linear: input {xt.shape} and weight {w.shape} do not fit ([..., K] x [N, K])")
-    x = to_texture(g, x, "width_packed")
     n = w.shape[0]
     extra = []
     if bias is not None:
@@ -254,8 +252,7 @@ def _texture_operand(g: ComputeGraph, ref: ValueRef, layout: str, what: str) -> 
         if 1 <= len(value.shape) <= 4 and value.dtype == np.float32:
             return g.prepack_tensor(ref, f"texture3d_{layout}")
         ref = g.prepack_tensor(ref)
-    t = _tensor(g, ref, what)
-    return ref if t.storage == "texture3d" else g.buffer_to_texture(ref, layout)
+    return ref if _tensor(g, ref, what).storage == "texture3d" else to_texture(g, ref, layout)
 
 
 def _elementwise_texture(g: ComputeGraph, arity: int, inputs: list[ValueRef], layout: str, what: str,
@@ -393,14 +390,13 @@ ROW_TEXTURE_OPS = {"softmax": 0, "log_softmax": 1, "layer_norm": 2, "rms_norm": 
 def _rows_texture(g: ComputeGraph, kind: str, x: ValueRef, params: list[ValueRef], eps: float, layout: str) -> ValueRef:
     """``kind`` over the last dim of a texture of up to 4 dims, into a width-packed texture (a
     row per invocation; x converted to width-packed first if it is not)."""
-    xt = _tensor(g, x, f"{kind} input")
-    if layout != "width_packed" or not 1 <= len(xt.shape) <= 4:
-        raise ValueError(f"{kind}: on textures, width-packed inputs of 1-4 dims; not {layout} {xt.shape}")
+    x, xt = _kernel_input(g, x, layout, "width_packed", kind)
+    if not 1 <= len(xt.shape) <= 4:
+        raise ValueError(f"{kind}: on textures, inputs of 1-4 dims, not {xt.shape}")
     d = xt.shape[-1]
     for what, ref in zip(("weight", "bias"), params):
         if tuple(g.values[ref].shape) != (d,):
             raise ValueError(f"{kind}: {what} {g.values[ref].shape} does not match dimension {d}")
-    x = to_texture(g, x, "width_packed")
     out = g.add_texture(xt.shape, "width_packed")
     _, h, z = g.values[out].extents()
     g.add_dispatch(DispatchNode("rows_texture", [out, x, *(_weight(g, p, "identity") for p in params)],
