@@ -51,11 +51,17 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert profile.submit_s >= 0 and profile.fence_latency_s >= 0
     assert profile.encode_node_s < 0.1 and profile.copy_gbps < 1000  # seconds per node, GB/s: plausible magnitudes
     assert 0 < profile.cpu_rate <= 1 and 0 < profile.gpu_rate <= 1, raw
+    assert math.isfinite(profile.fresh_device_gbps) and profile.fresh_device_gbps >= 0  # 0: first loads pay nothing
+    e = profile.execute
+    assert e.host_s >= 0 and e.dispatch_s > 0 and e.stream_gbps > 0, raw
+    assert set(e.weight_gbps) == {"fp32", "q4_0", "q4_1", "q8_0"} and all(v > 0 for v in e.weight_gbps.values()), raw
+    assert e.linear_dispatch_s >= e.dispatch_s and all(v > 0 for v in e.gmacs.values()), raw
     path = tmp_path / "p.toml"
     path.write_text(profile_toml(profile))
     again = load_profile(path)  # the written profile loads and simulates
     assert again.pack_gbps == pytest.approx(profile.pack_gbps, rel=1e-3)
     assert (again.cpu_rate, again.gpu_rate) == pytest.approx((profile.cpu_rate, profile.gpu_rate), rel=1e-2)
+    assert again.execute.weight_gbps == pytest.approx(e.weight_gbps, rel=1e-3) and again.renderer == device.renderer
     assert simulate(model_nodes("synthetic:8"), GraphConfig(), again).load_s > 0
 
 
@@ -74,3 +80,5 @@ def test_validate_compares_settled_loads(device, tmp_path, monkeypatch):
         if r["mode"] != "staged":  # one batch in flight at a time: decided by the plan
             assert r["staging_error"] == 0
         assert r["load_error"] == pytest.approx(r["simulated_load_s"] / r["measured_load_s"] - 1)
+        assert r["fresh_error"] == pytest.approx(r["simulated_fresh_s"] / r["fresh_load_s"] - 1)
+        assert r["simulated_fresh_s"] >= r["simulated_load_s"]

@@ -63,3 +63,20 @@ def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, ca
     assert r["profile"]["linear_quant"][1] == 211 and all(sec > 0 for sec, _ in r["profile"].values())
     times = [sec for sec, _ in r["profile"].values()]
     assert times == sorted(times, reverse=True)  # top ops first
+
+
+def test_run_model_records_what_a_session_dispatches_and_validates(device, smollm2_path, capsys):
+    """The run model's graph is the session's: as many dispatches per decoded token; --validate
+    --decode puts it next to bench decode in a fresh process."""
+    from vkgraph.tools.simulate import load_profile
+    from vkgraph.tools.simulate_run import simulate_decode
+
+    pred = simulate_decode("smollm2", load_profile("lavapipe"), 5)
+    assert pred.step.dispatches == 30 * 15 + 3 and pred.prefill.by_kind["linear_quant"][1] == 211
+    assert cli.main(["simulate", "--validate", "--decode", "--repeat", "1", "--prompt-tokens", "5",
+                     "--new-tokens", "2", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["device"] == device.name and r["model"] == "smollm2"
+    for key in ("prefill_tok_s", "decode_tok_s", "time_to_first_token_s"):
+        v = r[key]
+        assert v["min"] <= v["measured"] <= v["max"] and v["error"] == pytest.approx(v["simulated"] / v["measured"] - 1)

@@ -152,3 +152,28 @@ def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
     for p, c in ((dataclasses.replace(cpu, cpu_renderer=False), cfg), (cpu, GraphConfig())):  # a GPU; the default
         shaders = simulate(nodes, c, p, "staged")
         assert shaders.packing_dispatches == 6 and sum(b.staging_nbytes for b in shaders.batches) == 5 * 4096 + 64
+
+
+def test_first_load_adds_the_gpus_first_touch_of_device_memory():
+    """A fresh process's first load: each GPU-packed node also pays its packed bytes at
+    ``fresh_device_gbps`` (0: free, the settled load); a legacy load's GPU is one batch, so the
+    difference is exactly that."""
+    nodes = nodes_of([4096] * 3 + [8192])
+    fresh = dataclasses.replace(PROFILE, fresh_device_gbps=0.5)
+    settled = simulate(nodes, GraphConfig(), fresh, "legacy")
+    first = simulate(nodes, GraphConfig(), fresh, "legacy", first_load=True)
+    assert first.gpu_s - settled.gpu_s == pytest.approx((3 * 4096 + 8192) / 0.5e9)
+    assert first.load_s - settled.load_s == pytest.approx(first.gpu_s - settled.gpu_s)
+    free = dataclasses.replace(PROFILE, fresh_device_gbps=0.0)
+    assert simulate(nodes, GraphConfig(), free, "staged", first_load=True).load_s == pytest.approx(
+        simulate(nodes, GraphConfig(), free, "staged").load_s)
+
+
+def test_bad_fresh_device_rate(tmp_path):
+    import re
+
+    text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
+    p = tmp_path / "p.toml"
+    p.write_text(re.sub(r"(?m)^fresh_device_gbps = .*$", "fresh_device_gbps = -2", text))
+    with pytest.raises(ConfigError, match="gpu.fresh_device_gbps: must be >= 0"):
+        load_profile(p)

@@ -25,9 +25,33 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate_decode(args: argparse.Namespace) -> int:
+    from ..tools.bench import terminal_progress
+    from ..tools.calibrate import validate_decode
+
+    model = args.model or "smollm2"
+    row = validate_decode(args.profile, model, args.repeat, args.prompt_tokens, args.new_tokens,
+                          None if args.json else terminal_progress("validate", "processes"))
+    if args.json:
+        print(json.dumps(row))
+        return 0
+    print(f"{model} on {row['device']}: simulated ({args.profile}) vs measured (vkgraph bench decode, "
+          f"{args.prompt_tokens}-token prompt, {args.new_tokens} new tokens; {args.repeat} fresh processes):\n")
+    print("| | measured: median (min..max) | simulated | error |")
+    print("|---|---|---|---|")
+    for key, label in (("prefill_tok_s", "prefill tok/s"), ("decode_tok_s", "decode tok/s"),
+                       ("time_to_first_token_s", "time to first token, s")):
+        r = row[key]
+        print(f"| {label} | {r['measured']:.3f} ({r['min']:.3f}..{r['max']:.3f}) | {r['simulated']:.3f} | {r['error']:+.0%} |")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..tools.bench import terminal_progress
     from ..tools.calibrate import VALIDATE_MODELS, validate
+
+    if args.decode:
+        return cmd_validate_decode(args)
 
     models = tuple(args.models.split(",")) if args.models else VALIDATE_MODELS
     rows = validate(args.profile, models, args.repeat, args.config,
@@ -37,15 +61,41 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 0
     print(f"simulated ({args.profile}) vs measured ({args.repeat} fresh processes, interleaved; "
           f"{args.loads} loads each):\n")
-    print("| model | mode | measured load_s, settled loads (3rd on): median (min..max) | simulated | error "
-          "| 1st load of a process: median (min..max) | 2nd load: median | peak staging in flight measured / simulated | error |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | mode | 1st load of a process: median (min..max) | simulated | error "
+          "| settled loads (3rd on): median (min..max) | simulated | error "
+          "| 2nd load: median | peak staging in flight measured / simulated | error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['mode']} | {r['measured_load_s']:.3f} ({r['measured_min_s']:.3f}.."
-              f"{r['measured_max_s']:.3f}) | {r['simulated_load_s']:.3f} | {r['load_error']:+.0%} | "
-              f"{r['fresh_load_s']:.3f} ({r['fresh_min_s']:.3f}..{r['fresh_max_s']:.3f}) | {r['second_load_s']:.3f} | "
+        print(f"| {r['model']} | {r['mode']} | "
+              f"{r['fresh_load_s']:.3f} ({r['fresh_min_s']:.3f}..{r['fresh_max_s']:.3f}) | {r['simulated_fresh_s']:.3f} | "
+              f"{r['fresh_error']:+.0%} | {r['measured_load_s']:.3f} ({r['measured_min_s']:.3f}.."
+              f"{r['measured_max_s']:.3f}) | {r['simulated_load_s']:.3f} | {r['load_error']:+.0%} | {r['second_load_s']:.3f} | "
               f"{r['measured_peak_staging'] / 2**20:.1f} / {r['simulated_peak_staging'] / 2**20:.1f} MiB | "
               f"{r['staging_error']:+.1%} |")
+    return 0
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    from ..tools.simulate import load_profile
+    from ..tools.simulate_run import simulate_decode
+
+    pred = simulate_decode(args.model or "smollm2", load_profile(args.profile), args.prompt_tokens)
+    if args.json:
+        print(json.dumps({"model": pred.model, "profile": pred.profile, "prompt_tokens": pred.prompt_tokens,
+                          "prefill_chunk": pred.prefill_chunk, "prefill_tok_s": pred.prefill_tok_s,
+                          "decode_tok_s": pred.decode_tok_s, "time_to_first_token_s": pred.time_to_first_token_s,
+                          "dispatches_per_token": pred.step.dispatches}))
+        return 0
+    how = f"in batches of {pred.prefill_chunk}" if pred.prefill_chunk else "token by token"
+    print(f"{pred.model} on {pred.profile}, {pred.prompt_tokens}-token prompt, predicted: prefill "
+          f"{pred.prefill_tok_s:.2f} tok/s ({how})  time to first token {pred.time_to_first_token_s:.3f} s  "
+          f"decode {pred.decode_tok_s:.2f} tok/s  ({pred.prefill_tok_s / pred.decode_tok_s:.1f}x)")
+    for title, e in ((f"one prefill batch ({pred.prefill_chunk or 1} tokens)", pred.prefill), ("one decoded token", pred.step)):
+        print(f"\n{title}: {e.seconds * 1e3:.1f} ms, of which the host {e.seconds * 1e3 - sum(s for s, _ in e.by_kind.values()) * 1e3:.1f}\n")
+        print("| op kind | ms | dispatches |")
+        print("|---|---|---|")
+        for k, (sec, n) in e.by_kind.items():
+            print(f"| {k} | {sec * 1e3:.2f} | {n} |")
     return 0
 
 
@@ -58,10 +108,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return cmd_calibrate(args)
     if args.validate:
         return cmd_validate(args)
+    if args.decode:
+        return cmd_decode(args)
 
+    args.model = args.model or "synthetic:256"
     profile = load_profile(args.profile)
     cfg = load_config(args.config or DEFAULT_CONFIG)
-    sim = simulate(model_nodes(args.model), cfg, profile, args.mode)
+    sim = simulate(model_nodes(args.model), cfg, profile, args.mode, first_load=args.first_load)
     if args.plot:
         from ..tools.plot import Span, plot_timeline
 
@@ -73,7 +126,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps({"model": args.model, "profile": profile.name, **sim.to_dict()}))
         return 0
     mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
-    print(f"{args.model} on {profile.name} ({sim.mode}), predicted:")
+    print(f"{args.model} on {profile.name} ({sim.mode}{', first load of a process' if args.first_load else ''}), "
+          "predicted:")
     for k, v in (("load time", f"{sim.load_s:.3f} s"), ("CPU encode", f"{sim.cpu_encode_s:.3f} s"),
                  ("fence wait", f"{sim.fence_wait_s:.3f} s"), ("GPU time", f"{sim.gpu_s:.3f} s"),
                  ("submits", sim.submits), ("constant bytes", mib(sim.total_constant_nbytes)),
@@ -93,19 +147,29 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     sim = sub.add_parser("simulate", help="predict a load (time, memory, submits) from a device profile")
     sim.add_argument("--profile", default="lavapipe", help="profile TOML or a name in profiles/ (default lavapipe)")
-    sim.add_argument("--model", default="synthetic:256",
-                     help=f"{KNOWN_MODELS} (default synthetic:256)")
+    sim.add_argument("--model", help=f"{KNOWN_MODELS} (default synthetic:256; with --decode, smollm2)")
     sim.add_argument("--config", help="TOML config (default configs/default.toml)")
     sim.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], help="default: from the config")
+    sim.add_argument("--first-load", action="store_true",
+                     help="the first load of a fresh process (it faults in its device memory: [gpu] fresh_device_gbps); "
+                          "default: a settled load")
+    sim.add_argument("--decode", action="store_true",
+                     help="predict prefill and decode speed of a llama model (as vkgraph bench decode) from the "
+                          "profile's [execute] rates")
+    sim.add_argument("--prompt-tokens", type=int, default=64, help="with --decode: prompt length (default 64)")
+    sim.add_argument("--new-tokens", type=int, default=32,
+                     help="with --validate --decode: tokens each measured run decodes (default 32)")
     sim.add_argument("--json", action="store_true")
     sim.add_argument("--plot", help="write a PNG of the predicted timeline and staging memory")
     sim.add_argument("--calibrate", action="store_true", help="measure a profile on this device (see --out)")
     sim.add_argument("--out", help="with --calibrate: write the profile here (e.g. profiles/<device>.toml)")
     sim.add_argument("--validate", action="store_true",
-                     help="compare the simulator with measured loads (legacy, staged, reduce-peak)")
-    sim.add_argument("--models", help="with --validate: comma-separated (default synthetic:256,synthetic:1024,smollm2)")
+                     help="compare the simulator with measured loads (legacy, staged, reduce-peak); with "
+                          "--decode, with measured prefill and decode (--model, default smollm2)")
+    sim.add_argument("--models", help="with --validate: comma-separated (default synthetic:256,minilm,smollm2)")
     sim.add_argument("--repeat", type=int, default=1, help="with --validate: fresh processes per point")
     sim.add_argument("--loads", type=int, default=4,
-                     help="with --validate: loads per process (> 2); the error is against the loads after the "
-                          "second (the first two fault in memory the process does not hold yet)")
+                     help="with --validate: loads per process (> 2); the first load is compared with the "
+                          "first-load simulation, the loads after the second with the settled one (the first two "
+                          "fault in memory the process does not hold yet)")
     sim.set_defaults(fn=cmd_simulate)

@@ -118,6 +118,14 @@ class DispatchNode:
     texels: dict[int, str] = field(default_factory=dict)
     #: the entry point that runs it (ComputeGraph.entry; set by add_dispatch)
     entry: str = ""
+    #: for the run model (tools/simulate_run.py): how many times the dispatch streams its weight
+    #: (binding 2): a linear reads it once per tile of tokens; 0: no weight
+    weight_passes: int = 0
+    #: for the run model: a linear's tokens, weight rows (of this window) and inputs
+    linear_shape: tuple[int, int, int] = (0, 0, 0)
+    #: for the run model: the bytes the dispatch moves where that is not every binding whole (a
+    #: key/value cache written a few rows at a time); -1: every binding whole
+    moved_nbytes: int = -1
 
     def tensors(self, graph: ComputeGraph) -> list[Tensor]:
         return [graph.values[a[0] if isinstance(a, tuple) else a] for a in self.args]

@@ -141,7 +141,8 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     for r0, r1, wb in _row_windows(g, w_ref, n, unit=4):
         g.add_dispatch(DispatchNode("linear_4x4", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
                                     {0: LOCAL_SIZE}, _groups(g, m * ((r1 - r0 + 3) // 4)),
-                                    {"HAS_BIAS": int(bias is not None)}))
+                                    {"HAS_BIAS": int(bias is not None)}, weight_passes=m,
+                                    linear_shape=(m, r1 - r0, k)))
     if act:
         y = unary(g, y, act)
     return y if residual is None else add(g, residual, y)
@@ -193,7 +194,8 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                     {"R4": LINEAR_ROWS_CPU // 4, "TOKENS": tokens, "TEXEL": int(texel),
                                      "X_TEXEL": int(x_texel), "HAS_BIAS": len(bias),
                                      "RESIDUAL": int(residual is not None), "ACT": 1 + UNARY_OPS[act] if act else 0},
-                                    texels=({1: "rgba32f"} if x_texel else {}) | ({2: "rgba32f"} if texel else {})))
+                                    texels=({1: "rgba32f"} if x_texel else {}) | ({2: "rgba32f"} if texel else {}),
+                                    weight_passes=-(-m // tokens), linear_shape=(m, r1 - r0, k)))
 
 
 def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
@@ -218,7 +220,8 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                     {0: local}, (dispatch_groups(work, local, g.max_groups_x), 1, 1),
                                     {"QTYPE": FORMATS[w.layout].qtype, "ROWS": rows, "TOKENS": tokens,
                                      "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra)},
-                                    texels=({1: "rgba32f"} if x_texel else {}) | ({2: "r32ui"} if texel else {})))
+                                    texels=({1: "rgba32f"} if x_texel else {}) | ({2: "r32ui"} if texel else {}),
+                                    weight_passes=-(-m // tokens), linear_shape=(m, r1 - r0, k)))
 
 
 def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
@@ -504,7 +507,7 @@ def kv_write(g: ComputeGraph, cache: ValueRef, src: ValueRef, step: ValueRef) ->
     if ct.shape[1] != st.shape[1]:
         raise ValueError(f"kv_write: cache {ct.shape} and source {st.shape} differ in width")
     g.add_dispatch(DispatchNode("kv_write", [cache, src, step], struct.pack("<III", st.shape[0], st.shape[1], ct.shape[0]),
-                                {0: LOCAL_SIZE}, _groups(g, st.shape[0] * st.shape[1])))
+                                {0: LOCAL_SIZE}, _groups(g, st.shape[0] * st.shape[1]), moved_nbytes=2 * st.nbytes))
     return cache
 
 
@@ -540,6 +543,7 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
         _step(g, step, "sdpa")
         args.append(step)
     dynamic = int(step is not None)
+    moved = 2 * qt.nbytes  # the run model leaves out the keys and values read (up to the step)
     if CPU_KERNELS and g.device.is_cpu and dh % 4 == 0 and dh <= 256:
         # CPU renderers: an invocation per query row, one pass (glsl/sdpa_rows.glsl); a
         # workgroup's barriers per row cost more there than the row's work
@@ -547,10 +551,10 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
         g.add_dispatch(DispatchNode("sdpa_rows", args, push, {0: CPU_LOCAL},
                                     (dispatch_groups(batch * t * heads, CPU_LOCAL, g.max_groups_x), 1, 1),
                                     {"DYNAMIC_POS": dynamic, "DH": dh, "TEXEL": int(texel)},
-                                    texels={1: "rgba32f", 2: "rgba32f", 3: "rgba32f"} if texel else {}))
+                                    texels={1: "rgba32f", 2: "rgba32f", 3: "rgba32f"} if texel else {}, moved_nbytes=moved))
         return out
     g.add_dispatch(DispatchNode("sdpa", args, push, {0: LOCAL_SIZE}, (min(batch * heads * t, g.max_groups_x), 1, 1),
-                                {"DYNAMIC_POS": dynamic}))
+                                {"DYNAMIC_POS": dynamic}, moved_nbytes=moved))
     return out
 
 
@@ -767,7 +771,8 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef, layout: str | Non
         out = g.add_texture(out_shape, layout)
         ot = g.values[out]
         g.add_dispatch(DispatchNode("embedding", [out, ids, table], struct.pack("<7I", t, d, 0, v, v, 1, ot.sizes()[2]),
-                                    {0: LOCAL_SIZE}, _groups(g, int(np.prod(ot.extents()))), {"TEXTURE": 1}))
+                                    {0: LOCAL_SIZE}, _groups(g, int(np.prod(ot.extents()))), {"TEXTURE": 1},
+                                    moved_nbytes=2 * ot.nbytes))
         return out
     out = g.add_tensor((t, d), np.float32)
     quant = tt.layout in FORMATS
@@ -775,7 +780,8 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef, layout: str | Non
         g.add_dispatch(DispatchNode("embedding_quant" if quant else "embedding", [out, ids, tb],
                                     struct.pack("<6I", t, d, r0, r1, v, int(i == 0)) + bytes(0 if quant else 4),
                                     {0: LOCAL_SIZE},
-                                    _groups(g, t * d), {"QTYPE": FORMATS[tt.layout].qtype} if quant else {}))
+                                    _groups(g, t * d), {"QTYPE": FORMATS[tt.layout].qtype} if quant else {},
+                                    moved_nbytes=2 * g.values[out].nbytes))  # the rows it reads, not the table
     return out
 
 

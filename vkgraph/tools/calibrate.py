@@ -3,6 +3,7 @@ compare the simulator with measured loads (``vkgraph simulate --validate``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import statistics
 import time
@@ -17,6 +18,7 @@ from ..graph.packers import get_packer
 from ..graph.values import ArraySource, TensorRef
 from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind
 from .simulate import Profile, load_profile, model_nodes, simulate
+from .simulate_run import ExecuteRates, binding_nbytes
 
 
 def _median(f, repeat: int = 3) -> float:
@@ -96,6 +98,118 @@ def _host_pack_gbps(packer: str, arrays: list[np.ndarray], repeat: int) -> float
 
     once()
     return sum(a.nbytes for a in arrays) / _median(once, repeat) / 1e9
+
+
+def _fresh_device_gbps(size_mb: int, rounds: int = 5) -> float:
+    """What the first load of a fresh process pays on top of a settled one, per packed byte:
+    staged loads of synthetic:<4 x size_mb> in fresh processes (the device of ``$VKGRAPH_DEVICE``), the
+    first load's time against the median of the settled loads (the third on) of the same
+    process; median over ``rounds`` processes. The simulator charges it to the GPU, where a
+    staged load's time is (lavapipe's device memory is the process heap: the packing faults it
+    in). 0 (free) where the first load runs no slower."""
+    from .bench import SETTLING_LOADS, load_in_subprocess
+
+    extra = []
+    for _ in range(rounds):
+        loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "staged", None, SETTLING_LOADS + 2, check="last")
+        settled = statistics.median(r["load_s"] for r in loads[SETTLING_LOADS:])
+        extra.append((loads[0]["load_s"] - settled) / loads[0]["total_constant_nbytes"])  # fp32: packed = source
+    per_byte = statistics.median(extra)
+    return 1 / per_byte / 1e9 if per_byte > 1e-12 else 0.0
+
+
+def _execute_seconds(dev: Device, build, inputs: dict[str, np.ndarray], repeat: int) -> float:
+    """Median wall time of ``repeat`` executes (after one) of the graph ``build(g)`` makes."""
+    with ComputeGraph(GraphConfig(), device=dev) as g:
+        build(g)
+        g.prepare()
+        g.run_prepack()
+        g.encode_execute()
+        g.execute(inputs)
+
+        def once() -> float:
+            t0 = time.perf_counter()
+            g.execute(inputs)
+            return time.perf_counter() - t0
+
+        return _median(once, repeat)
+
+
+def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates:
+    """The run model's rates (tools/simulate_run.py): executes of tiny elementwise ops (one, and
+    101 in a chain of additions and negations in turn: the host's share and each dispatch's), an addition of two 16 MiB constants (the
+    bytes a memory-bound kernel moves), and linears in each format on an x shared by all,
+    ``weight_nbytes`` of weights per execute (64 MiB: streamed from memory, as a model's):
+    one-token ones of 256 and 1024 rows by 256 and 1024 inputs, fitted (least squares) to a
+    dispatch's own cost, a cost per row and one per weight byte (the first two: medians over
+    the formats, then each format's byte rate again with those); then 32-token ones of 1024 x
+    1024, for the multiply-adds of a tile's further tokens."""
+    import gguf
+    from gguf.quants import quantize
+
+    from .. import ops
+
+    tiny = {"x": np.arange(4, dtype=np.float32)}
+
+    def adds(count: int, big: np.ndarray | None = None):
+        def build(g: ComputeGraph) -> None:
+            x = y = g.add_input((4,), np.float32, "x")
+            if big is not None:
+                c = g.prepack_tensor(g.add_tensorref(big, "big"))
+                ops.add(g, c, c)
+            for i in range(count):  # two kernels in turn: a model's dispatches switch pipelines
+                y = ops.unary(g, y, "neg") if i % 2 else ops.add(g, y, x)
+            g.set_output(y, "y")
+        return build
+
+    t1 = _execute_seconds(dev, adds(1), tiny, repeat)
+    dispatch_s = max((_execute_seconds(dev, adds(101), tiny, repeat) - t1) / 100, 1e-7)
+    host_s = max(t1 - dispatch_s, 0.0)
+    big = np.random.default_rng(4).standard_normal(4 << 20, dtype=np.float32)
+    stream = 3 * big.nbytes / max(_execute_seconds(dev, adds(1, big), tiny, repeat) - t1 - dispatch_s, 1e-9) / 1e9
+    rng = np.random.default_rng(5)
+    kinds = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+             "q8_0": gguf.GGMLQuantizationType.Q8_0}
+
+    def linears(fmt: str, n: int, k: int, m: int) -> tuple[float, int, int, int, int]:
+        """(seconds of the execute beyond the host's share, dispatches, weight rows and weight bytes
+        streamed (over the passes), multiply-adds of the tiles' further tokens) of linears of
+        ``n`` x ``k`` on an [m, k] x."""
+        dense = rng.standard_normal((n, k), dtype=np.float32)
+        w, quant = (dense, "") if fmt == "fp32" else (quantize(dense, kinds[fmt]), fmt)
+        box: dict[str, Any] = {}
+
+        def build(g: ComputeGraph) -> None:
+            xin = g.add_input((m, k), np.float32, "x")
+            packed = get_packer(quant or "linear_4x4").packed_nbytes(TensorRef("w", w.shape, w.dtype, ArraySource(w),
+                                                                               quant=quant))
+            for i in range(-(-weight_nbytes // packed)):
+                y = ops.linear(g, xin, g.add_tensorref(w, f"w{i}", quant=quant))
+            g.set_output(y, "y")
+            box["graph"] = g
+
+        t = _execute_seconds(dev, build, {"x": rng.standard_normal((m, k), dtype=np.float32)}, repeat)
+        g = box["graph"]
+        nodes = [x for x in g.execute_nodes if x.weight_passes]
+        return (t - host_s, len(nodes), sum(x.weight_passes * x.linear_shape[1] for x in nodes),
+                sum(x.weight_passes * binding_nbytes(g, x.args[2]) for x in nodes),
+                sum((x.linear_shape[0] - x.weight_passes) * x.linear_shape[1] * x.linear_shape[2] for x in nodes))
+
+    shapes = [(512, 512), (2048, 512), (512, 2048), (2048, 2048)]
+    runs = {fmt: [linears(fmt, n, k, 1) for n, k in shapes] for fmt in ("fp32", *kinds)}
+    fits = [np.linalg.lstsq(np.array([r[1:4] for r in rs], float), np.array([r[0] for r in rs]), rcond=None)[0]
+            for rs in runs.values()]
+    linear_s = max(statistics.median(f[0] for f in fits), dispatch_s)
+    row_s = max(statistics.median(f[1] for f in fits), 0.0)
+    weight_gbps, gmacs = {}, {}
+    for fmt, rs in runs.items():
+        t, d, rows, nbytes, _ = rs[-1]
+        weight_gbps[fmt] = nbytes / max(t - d * linear_s - rows * row_s, 1e-9) / 1e9
+        t, d, rows, nbytes, macs = linears(fmt, 1024, 1024, 32)
+        extra = t - d * linear_s - rows * row_s - nbytes / (weight_gbps[fmt] * 1e9)
+        if macs and extra > 0:  # none on GPUs (a token per invocation: passes only)
+            gmacs[fmt] = macs / extra / 1e9
+    return ExecuteRates(host_s, dispatch_s, stream, weight_gbps, linear_s, gmacs, row_s)
 
 
 def _round_trip(dev: Device) -> tuple[float, float]:
@@ -237,13 +351,16 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     pack["identity"] = copy
     host["default"] = host["linear_4x4"]
     cpu_rate, gpu_rate = _contention(device, big, repeat)
+    fresh_device = _fresh_device_gbps(size_mb)
+    execute = _execute_rates(device, repeat, 2 * nbytes)
     p = device.physical
     profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
                       copy, fresh, encode_node_s, submit_s, fence_s, dispatch_s, pack,
                       source=f"vkgraph simulate --calibrate on {p.name} ({p.driver}), {datetime.date.today()}",
                       source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate, cpu_renderer=device.is_cpu,
-                      host_pack_gbps=host)
-    raw = {"copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
+                      host_pack_gbps=host, fresh_device_gbps=fresh_device, renderer=device.renderer,
+                      max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute)
+    raw = {"fresh_device_gbps": fresh_device, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
            "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "dispatch_s": dispatch_s, "pack_gbps": pack,
            "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
@@ -260,6 +377,8 @@ name = "{p.name}"
 host_visible_device_local = {str(p.host_visible_device_local).lower()}
 staging_alignment = {p.staging_alignment}
 cpu_renderer = {str(p.cpu_renderer).lower()}
+renderer = "{p.renderer}"
+max_texel_buffer_elements = {p.max_texel_buffer_elements}
 
 [cpu]
 copy_gbps = {p.copy_gbps:.4g}          # into already-touched memory
@@ -274,6 +393,7 @@ submit_us = {p.submit_s * 1e6:.4g}
 [gpu]
 fence_latency_us = {p.fence_latency_s * 1e6:.4g}
 dispatch_us = {p.dispatch_s * 1e6:.4g}
+fresh_device_gbps = {p.fresh_device_gbps:.4g}  # first touch of device memory new to the process (first loads); 0: free
 
 [gpu.pack_gbps]
 {pack}
@@ -281,10 +401,29 @@ dispatch_us = {p.dispatch_s * 1e6:.4g}
 [contention]  # speed of CPU encoding and GPU packing, relative to each alone, while both run
 cpu_rate = {p.cpu_rate:.3g}
 gpu_rate = {p.gpu_rate:.3g}
-"""
+{_execute_toml(p.execute)}"""
 
 
-VALIDATE_MODELS = ("synthetic:256", "synthetic:1024", "smollm2")
+def _execute_toml(e: ExecuteRates | None) -> str:
+    if e is None:
+        return ""
+    weights = "\n".join(f"{k} = {v:.4g}" for k, v in sorted(e.weight_gbps.items()))
+    gmacs = "\n".join(f"{k} = {v:.4g}" for k, v in sorted(e.gmacs.items()))
+    gmacs = f"\n[execute.gmacs]  # a linear's multiply-adds, per format (none: not modelled)\n{gmacs}\n" if gmacs else ""
+    return f"""
+[execute]  # running a graph: vkgraph simulate --decode (tools/simulate_run.py)
+host_us = {e.host_s * 1e6:.4g}       # one execute besides its dispatches: submit, fence, inputs, outputs
+dispatch_us = {e.dispatch_s * 1e6:.4g}   # each dispatch besides its work
+stream_gbps = {e.stream_gbps:.4g}   # bytes a memory-bound kernel moves
+linear_dispatch_us = {e.linear_dispatch_s * 1e6:.4g}   # each linear's dispatch besides its rows and weight
+linear_row_ns = {e.linear_row_s * 1e9:.4g}   # each weight row a linear's pass computes
+
+[execute.weight_gbps]  # a linear's weight streamed, per format
+{weights}
+{gmacs}"""
+
+
+VALIDATE_MODELS = ("synthetic:256", "minilm", "smollm2")
 VALIDATE_MODES = ("legacy", "staged", "reduce-peak")
 
 
@@ -300,8 +439,9 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
     last is checked against the model's reference): work between loads changes which pages the
     next one gets, and on a VM pages the host must back again cost several times more to touch
     (benchmarks/fresh_pages.py). Rows carry the first loads (``fresh_*``), the second loads
-    (``second_*``) and the settled ones (``measured_*``; median, min, max); the error is against
-    the settled loads' median."""
+    (``second_*``) and the settled ones (``measured_*``; median, min, max); ``load_error`` is the
+    settled simulation against the settled loads' median, ``fresh_error`` the first-load
+    simulation (``simulate(first_load=True)``) against the first loads' median."""
     from .bench import SETTLING_LOADS, config_for, load_in_subprocess
 
     if loads <= SETTLING_LOADS:
@@ -329,11 +469,45 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
             m_load = statistics.median(times)
             m_staging = int(statistics.median(x["peak_staging_nbytes"] for x in settled[(model, mode)]))
             sim = simulate(nodes, config_for(mode, config), profile, mode)
+            sim_first = simulate(nodes, config_for(mode, config), profile, mode, first_load=True)
             rows.append({"model": model, "mode": mode, "measured_load_s": m_load, "measured_min_s": min(times),
                          "measured_max_s": max(times), "fresh_load_s": statistics.median(first),
                          "fresh_min_s": min(first), "fresh_max_s": max(first),
+                         "simulated_fresh_s": sim_first.load_s,
+                         "fresh_error": sim_first.load_s / statistics.median(first) - 1,
                          "second_load_s": statistics.median(x["load_s"] for x in second[(model, mode)]),
                          "simulated_load_s": sim.load_s, "load_error": sim.load_s / m_load - 1,
                          "measured_peak_staging": m_staging, "simulated_peak_staging": sim.peak_staging_nbytes,
                          "staging_error": (sim.peak_staging_nbytes / m_staging - 1) if m_staging else 0.0})
     return rows
+
+
+def validate_decode(profile_name: str, model: str = "smollm2", repeat: int = 3, prompt_tokens: int = 64,
+                    new_tokens: int = 32, progress=None) -> dict[str, Any]:
+    """Predicted (tools/simulate_run.py) vs measured prefill and decode speed: ``vkgraph bench
+    decode --json`` in ``repeat`` fresh processes (the device of ``$VKGRAPH_DEVICE``), medians."""
+    import json
+    import subprocess
+    import sys
+
+    from .simulate_run import simulate_decode
+
+    pred = simulate_decode(model, load_profile(profile_name), prompt_tokens)
+    runs = []
+    for r in range(repeat):
+        cmd = [sys.executable, "-m", "vkgraph", "bench", "decode", "--model", model, "--prompt-tokens",
+               str(prompt_tokens), "--new-tokens", str(new_tokens), "--json"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode:
+            raise RuntimeError(f"{' '.join(cmd[1:])} failed: {proc.stderr.strip()[-2000:]}")
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        if progress:
+            progress(r + 1, repeat)
+    row: dict[str, Any] = {"model": model, "profile": profile_name, "prompt_tokens": prompt_tokens,
+                           "new_tokens": new_tokens, "repeat": repeat, "device": runs[0]["device"]}
+    for key, predicted in (("prefill_tok_s", pred.prefill_tok_s), ("decode_tok_s", pred.decode_tok_s),
+                           ("time_to_first_token_s", pred.time_to_first_token_s)):
+        got = [x[key] for x in runs]
+        row[key] = {"measured": statistics.median(got), "min": min(got), "max": max(got), "simulated": predicted,
+                    "error": predicted / statistics.median(got) - 1}
+    return row

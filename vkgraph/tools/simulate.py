@@ -11,7 +11,9 @@ each mode holds), models the staging ring with the same reserve/retire rule as
   packs itself (graph.packers.packs_on_host), writing them straight into fresh device pages at
   the copy's or the packer's host-form bandwidth), then submit.
 - GPU per batch: starts when submitted and the queue is free; each node costs a dispatch overhead
-  plus its packed bytes over the packer kind's bandwidth.
+  plus its packed bytes over the packer kind's bandwidth; on the first load of a process, plus
+  the first touch of its device memory where that memory is the process's own (``[gpu]
+  fresh_device_gbps``: lavapipe's device memory is the process heap, so a fresh process faults it in).
 - While both encode and pack at once, each runs at its profile rate (``[contention]``) of its
   speed alone: below 1 where the GPU is the CPU's own cores (lavapipe), 1 for separate hardware.
 - Reduce-peak mode waits for every batch (plus fence latency); legacy is one batch.
@@ -34,6 +36,7 @@ from ..graph.packers import get_packer, packs_on_host
 from ..graph.scheduler import align_up, plan_prepack, run_prepack_mode
 from ..models.registry import open_model
 from ..paths import PROFILE_DIR
+from .simulate_run import ExecuteRates, parse_execute
 
 GB = 1e9
 
@@ -74,6 +77,14 @@ class Profile:
     #: CPU packs weights whose packer has a host form (graph.packers.packs_on_host)
     cpu_renderer: bool = False
     host_pack_gbps: dict[str, float] = field(default_factory=dict)  # the CPU packing into fresh pages, per packer
+    #: the GPU's first touch of device memory new to the process (a fresh process's first load),
+    #: per packed byte, on top of packing into memory the process held; 0: free
+    fresh_device_gbps: float = 0.0
+    renderer: str = ""  # the device's short name ("lavapipe", "swiftshader"): which kernels ops choose
+    max_texel_buffer_elements: int = 65536
+    #: the run model's rates (``[execute]``, tools/simulate_run.py); None: the profile has none
+    execute: ExecuteRates | None = None
+    path: str = ""
 
     def pack_bandwidth(self, packer: str) -> float:
         return self.pack_gbps.get(packer, self.pack_gbps["default"]) * GB
@@ -112,6 +123,10 @@ def load_profile(path: str | Path) -> Profile:
             gpu_rate=float(d.get("contention", {}).get("gpu_rate", 1.0)),
             cpu_renderer=bool(dev.get("cpu_renderer", False)),
             host_pack_gbps={k: float(v) for k, v in cpu.get("host_pack_gbps", {}).items()},
+            fresh_device_gbps=float(gpu.get("fresh_device_gbps", 0.0)),
+            renderer=str(dev.get("renderer", "")),
+            max_texel_buffer_elements=int(dev.get("max_texel_buffer_elements", 65536)),
+            execute=parse_execute(str(p), d.get("execute", {})), path=str(p),
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
@@ -122,6 +137,8 @@ def load_profile(path: str | Path) -> Profile:
                    *((f"cpu.host_pack_gbps.{k}", v) for k, v in prof.host_pack_gbps.items())):
         if v <= 0:
             raise ConfigError(str(p), key, f"must be > 0, got {v}")
+    if prof.fresh_device_gbps < 0:
+        raise ConfigError(str(p), "gpu.fresh_device_gbps", f"must be >= 0 (0: free), got {prof.fresh_device_gbps}")
     for key, v in (("contention.cpu_rate", prof.cpu_rate), ("contention.gpu_rate", prof.gpu_rate)):
         if not 0 < v <= 1:
             raise ConfigError(str(p), key, f"must be in (0, 1], got {v}")
@@ -212,8 +229,11 @@ class Simulation:
         return d
 
 
-def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str | None = None) -> Simulation:
-    """Predict a load of ``nodes`` (mode: "legacy", "staged", "reduce-peak"; default from ``cfg``)."""
+def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str | None = None,
+             first_load: bool = False) -> Simulation:
+    """Predict a load of ``nodes`` (mode: "legacy", "staged", "reduce-peak"; default from ``cfg``):
+    a settled load (the process reuses memory it held), or with ``first_load`` the first load of a
+    fresh process (the GPU faults in the device memory it packs into)."""
     total = sum(n.src_nbytes for n in nodes)
     mode = mode or run_prepack_mode(cfg, total)
 
@@ -250,6 +270,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
                 dispatches += 1
             else:
                 g += n.src_nbytes / profile.pack_bandwidth("identity")
+            if first_load and profile.fresh_device_gbps > 0:
+                g += n.packed_nbytes / (profile.fresh_device_gbps * GB)
         cpu_work.append(c + profile.submit_s)
         gpu_work.append(g)
 

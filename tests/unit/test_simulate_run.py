@@ -1,0 +1,67 @@
+"""The run model (tools/simulate_run.py): prefill and decode priced dispatch by dispatch from
+the same graph a session records, with the profile's [execute] rates."""
+
+import dataclasses
+import re
+
+import pytest
+
+from vkgraph import ops
+from vkgraph.errors import ConfigError
+from vkgraph.graph.compute_graph import ComputeGraph
+from vkgraph.tools.simulate import load_profile
+from vkgraph.tools.simulate_run import ExecuteRates, device_facts, dispatch_seconds, simulate_decode
+
+PROFILE = load_profile("lavapipe")
+RATES = ExecuteRates(host_s=1e-4, dispatch_s=2e-5, stream_gbps=4.0, weight_gbps={"fp32": 8.0, "q4_0": 2.0},
+                     linear_dispatch_s=6e-5, gmacs={"q4_0": 20.0}, linear_row_s=1e-7)
+
+
+def test_a_linear_streams_its_weight_per_tile_and_other_kernels_their_bytes():
+    """Hand-worked: a 32-token quantized linear on a CPU renderer reads its weight once per tile
+    of LINEAR_TOKENS_CPU tokens and pays the multiply-adds of the tiles' further tokens."""
+    import numpy as np
+
+    profile = dataclasses.replace(PROFILE, execute=RATES)
+    g = ComputeGraph.recording(facts=device_facts(profile))
+    raw = np.zeros((64, 18 * 8), np.uint8)  # 64 rows of 256 weights in Q4_0 blocks: only the shape matters
+    x = g.add_input((32, 256), np.float32, "x")
+    y = ops.linear(g, x, g.add_tensorref(raw, "w", quant="q4_0"))
+    z = ops.add(g, y, y)
+    lin, add = g.execute_nodes
+    passes = -(-32 // ops.LINEAR_TOKENS_CPU)
+    wbytes = g.values[lin.args[2]].nbytes
+    assert lin.weight_passes == passes and lin.linear_shape == (32, 64, 256)
+    assert dispatch_seconds(g, lin, RATES) == pytest.approx(
+        6e-5 + passes * (64 * 1e-7 + wbytes / 2e9) + (32 - passes) * 64 * 256 / 20e9)
+    assert dispatch_seconds(g, add, RATES) == pytest.approx(2e-5 + 3 * g.values[z].nbytes / 4e9)
+
+
+def test_decode_prediction_follows_the_session():
+    """Prefill in padded batches of 32 (token by token under PREFILL_MIN tokens), then a step
+    per token; a shape-only spec needs no weights."""
+    pred = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 40)
+    assert pred.prefill_chunk == 32 and pred.step.dispatches > 100
+    assert pred.time_to_first_token_s == pytest.approx(2 * pred.prefill.seconds)  # 40 tokens: two batches
+    assert pred.decode_tok_s == pytest.approx(1 / pred.step.seconds)
+    assert pred.prefill_tok_s == pytest.approx(40 / pred.time_to_first_token_s)
+    assert max(pred.step.by_kind, key=lambda k: pred.step.by_kind[k][0]) == "linear_quant"
+    short = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 3)
+    assert short.prefill_chunk == 0 and short.time_to_first_token_s == pytest.approx(3 * short.step.seconds)
+
+
+def test_decode_prediction_refuses_what_it_cannot_model(tmp_path):
+    with pytest.raises(ValueError, match="--decode models a llama decoder .* not 'synthetic:8'"):
+        simulate_decode("synthetic:8", PROFILE)
+    with pytest.raises(ConfigError, match="execute: missing"):
+        simulate_decode("llama-3.2-1b:q4_0", load_profile("mobile-flagship-estimate"))
+    with pytest.raises(ValueError, match="--prompt-tokens must be >= 1"):
+        simulate_decode("llama-3.2-1b:q4_0", PROFILE, 0)
+    text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
+    p = tmp_path / "p.toml"
+    p.write_text(re.sub(r"(?m)^stream_gbps = .*$", "stream_gbps = 0", text))
+    with pytest.raises(ConfigError, match="execute.stream_gbps: must be > 0"):
+        load_profile(p)
+    p.write_text(re.sub(r"(?m)^host_us = .*$", "", text))
+    with pytest.raises(ConfigError, match="execute.host_us: missing"):
+        load_profile(p)

@@ -1,0 +1,177 @@
+"""A model of running a llama decoder (``vkgraph simulate --decode``): prefill and decode
+speed from the same dispatches a session records, priced by a profile's ``[execute]`` rates.
+Pure Python, no Vulkan.
+
+The graph is the one :class:`~vkgraph.models.llama.LlamaSession` builds (the one-token step and
+the ``prefill`` entry point), recorded against the profile's device facts (a CPU renderer gets
+the CPU kernels, the texel reads its limits allow), so the model sees the kernels a run
+dispatches. One execute of an entry point costs:
+
+- ``host_us``: submitting, waiting for the fence, inputs in and outputs out;
+- a linear: ``linear_dispatch_us``, plus per pass over its weight (``weight_passes``: one
+  per tile of tokens) ``linear_row_ns`` per row and its bytes at ``weight_gbps`` of its format
+  (one-token linears of four shapes, fitted), plus the multiply-adds of a tile's further tokens
+  at ``gmacs`` (a 32-token one). The row term is lavapipe's: a one-token q4_1 linear of
+  1024 x 1024 took 197 us, one of 1536 x 576 (less bytes) 269 us;
+- any other kernel: ``dispatch_us`` plus its bindings' bytes (or ``moved_nbytes``) at
+  ``stream_gbps``.
+
+Attention's reads of the key/value cache (up to the step) are left out: at 64-token prompts
+they are under 5% of a step on lavapipe (``vkgraph bench decode --profile``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from ..ggml import FORMATS
+from ..graph.compute_graph import ComputeGraph, DeviceFacts
+from ..graph.nodes import DispatchNode
+
+if TYPE_CHECKING:
+    from .simulate import Profile
+
+GB = 1e9
+
+QTYPE_FORMAT = {f.qtype: name for name, f in FORMATS.items()}
+
+
+@dataclass(frozen=True)
+class ExecuteRates:
+    """A profile's ``[execute]`` section (measured by ``vkgraph simulate --calibrate``)."""
+
+    host_s: float  # one execute besides its dispatches
+    dispatch_s: float  # one dispatch besides its work
+    stream_gbps: float  # bytes a memory-bound kernel moves
+    weight_gbps: dict[str, float] = field(default_factory=dict)  # a linear's weight streamed, per format (fp32, q4_0, ...)
+    linear_dispatch_s: float = 0.0  # one linear's dispatch besides streaming its weight
+    gmacs: dict[str, float] = field(default_factory=dict)  # a linear's multiply-adds, per format; none: not modelled
+    linear_row_s: float = 0.0  # each weight row a linear's pass computes
+
+
+def parse_execute(path: str, d: dict) -> ExecuteRates | None:
+    if not d:
+        return None
+    try:
+        rates = ExecuteRates(float(d["host_us"]) * 1e-6, float(d["dispatch_us"]) * 1e-6, float(d["stream_gbps"]),
+                             {k: float(v) for k, v in d["weight_gbps"].items()}, float(d["linear_dispatch_us"]) * 1e-6,
+                             {k: float(v) for k, v in d.get("gmacs", {}).items()}, float(d["linear_row_ns"]) * 1e-9)
+    except KeyError as exc:
+        raise ConfigError(path, f"execute.{str(exc).strip(chr(39))}", "missing") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(path, "execute", str(exc)) from None
+    for key, v in (("execute.stream_gbps", rates.stream_gbps),
+                   *((f"execute.weight_gbps.{k}", v) for k, v in rates.weight_gbps.items()),
+                   *((f"execute.gmacs.{k}", v) for k, v in rates.gmacs.items())):
+        if v <= 0:
+            raise ConfigError(path, key, f"must be > 0, got {v}")
+    return rates
+
+
+def device_facts(profile: Profile) -> DeviceFacts:
+    """What the graph's builder asks of a device, from the profile."""
+    base = DeviceFacts()
+    return DeviceFacts(profile.name, profile.host_visible_device_local, profile.cpu_renderer, profile.renderer,
+                       base.limits | {"maxTexelBufferElements": profile.max_texel_buffer_elements,
+                                      "minTexelBufferOffsetAlignment": profile.staging_alignment})
+
+
+def kind(node: DispatchNode) -> str:
+    """The op kind a profile table shows (as ``vkgraph bench decode --profile``)."""
+    return node.shader
+
+
+def weight_format(g: ComputeGraph, node: DispatchNode) -> str:
+    qtype = node.defines.get("QTYPE")
+    return "fp32" if qtype is None else QTYPE_FORMAT[int(qtype)]
+
+
+def binding_nbytes(g: ComputeGraph, arg) -> int:
+    return arg[2] if isinstance(arg, tuple) else g.values[arg].nbytes
+
+
+def dispatch_seconds(g: ComputeGraph, node: DispatchNode, rates: ExecuteRates) -> float:
+    """One dispatch alone on the device (see the module's docstring)."""
+    if node.weight_passes:
+        fmt = weight_format(g, node)
+        if fmt not in rates.weight_gbps:
+            raise ConfigError("profile", f"execute.weight_gbps.{fmt}", "missing")
+        m, rows, k = node.linear_shape
+        work = node.weight_passes * (rows * rates.linear_row_s + binding_nbytes(g, node.args[2]) / (rates.weight_gbps[fmt] * GB))
+        if fmt in rates.gmacs:  # the tiles' further tokens
+            work += (m - node.weight_passes) * rows * k / (rates.gmacs[fmt] * 1e9)
+        return rates.linear_dispatch_s + work
+    moved = node.moved_nbytes if node.moved_nbytes >= 0 else sum(binding_nbytes(g, a) for a in node.args)
+    return rates.dispatch_s + moved / (rates.stream_gbps * GB)
+
+
+@dataclass
+class EntryPrediction:
+    seconds: float  # one execute
+    dispatches: int
+    by_kind: dict[str, tuple[float, int]]  # {op kind: (seconds, dispatches)}, largest first
+
+
+def predict_entry(g: ComputeGraph, entry: str, rates: ExecuteRates) -> EntryPrediction:
+    per: dict[str, list] = defaultdict(lambda: [0.0, 0])
+    for node in g.execute_nodes:
+        if node.entry == entry:
+            s = dispatch_seconds(g, node, rates)
+            per[kind(node)][0] += s
+            per[kind(node)][1] += 1
+    by_kind = {k: (s, n) for k, (s, n) in sorted(per.items(), key=lambda kv: -kv[1][0])}
+    total = sum(s for s, _ in by_kind.values())
+    return EntryPrediction(rates.host_s + total, sum(n for _, n in by_kind.values()), by_kind)
+
+
+@dataclass
+class DecodePrediction:
+    model: str
+    profile: str
+    prompt_tokens: int
+    prefill_chunk: int
+    prefill_tok_s: float
+    decode_tok_s: float
+    time_to_first_token_s: float
+    step: EntryPrediction  # one decoded token
+    prefill: EntryPrediction  # one batch of prefill_chunk tokens
+
+
+def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64) -> DecodePrediction:
+    """Predicted ``vkgraph bench decode --model M --prompt-tokens N``: the prompt in batches of
+    the session's prefill size (a shorter last batch costs a whole one: it is padded; fewer than
+    PREFILL_MIN tokens go token by token, as LlamaSession.batch_for), then one token per step."""
+    from ..models.llama import DEFAULT_CONTEXT, DEFAULT_PREFILL, PREFILL_MIN, GGUFFile, LlamaConfig, PublishedShapes, build
+    from ..models.registry import resolve
+
+    if profile.execute is None:
+        raise ConfigError(profile.path, "execute", "missing: this profile has no run rates (measure them with "
+                                                   "vkgraph simulate --calibrate)")
+    if prompt_tokens < 1:
+        raise ValueError(f"--prompt-tokens must be >= 1, got {prompt_tokens}")
+    ref = resolve(model)
+    if ref.kind not in ("llama", "shape"):
+        raise ValueError(f"--decode models a llama decoder (smollm2, a .gguf file or a shape-only spec such as "
+                         f"llama-3.2-1b:q4_0), not {model!r}")
+    g = ComputeGraph.recording(facts=device_facts(profile))
+    if ref.kind == "shape":
+        base, dtype = model.lower().split(":")
+        shapes = PublishedShapes(base, dtype)
+        context = shapes.config.context(DEFAULT_CONTEXT)
+        chunk = min(DEFAULT_PREFILL, context)
+        build(g, shapes, shapes.config, context, chunk)
+    else:
+        with GGUFFile(ref.path) as f:
+            cfg = LlamaConfig.from_gguf(f)
+            context = cfg.context(DEFAULT_CONTEXT)
+            chunk = min(DEFAULT_PREFILL, context)
+            build(g, f, cfg, context, chunk)
+    step = predict_entry(g, "", profile.execute)
+    prefill = predict_entry(g, "prefill", profile.execute)
+    batched = prompt_tokens >= PREFILL_MIN
+    ttft = -(-prompt_tokens // chunk) * prefill.seconds if batched else prompt_tokens * step.seconds
+    return DecodePrediction(model, profile.name, prompt_tokens, chunk if batched else 0, prompt_tokens / ttft,
+                            1 / step.seconds, ttft, step, prefill)
