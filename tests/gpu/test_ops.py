@@ -293,6 +293,51 @@ def test_rope(device, compiler, neox, t, heads, dh, pos0):
     np.testing.assert_allclose(out, rope_reference(x, pos0, heads, 1e5, neox), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("neox", [False, True])
+@pytest.mark.parametrize("t,heads,kv_heads,dh", [(1, 9, 3, 64), (3, 4, 2, 8), (2, 2, 2, 2)])
+def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, neox, t, heads, kv_heads, dh):
+    """rope_kv is rope(q), rope(k) into the k cache and v into the v cache at rows step[0]..:
+    two executes fill rows 0..t-1 and 4..4+t-1 of 6 (rows past the end dropped); the rest of
+    each cache keeps what was there."""
+    rows = 6
+    rng = rng_for(t, heads, kv_heads, dh)
+    width = kv_heads * dh
+    kc0, vc0 = (rng.standard_normal((rows, width)).astype(np.float32) for _ in range(2))
+    feeds = [{n: rng.standard_normal((t, (heads if n == "q" else kv_heads) * dh)).astype(np.float32)
+              for n in "qkv"} | {"step": np.array([pos, 0], np.uint32)} for pos in (0, 4)]
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        kc, vc = (g.prepack_tensor(g.add_tensorref(c.copy(), name)) for c, name in ((kc0, "kc"), (vc0, "vc")))
+        q, k, v = (g.add_input((t, (heads if n == "q" else kv_heads) * dh), np.float32, n) for n in "qkv")
+        step = g.add_input((2,), np.uint32, "step")
+        table = ops.rope_table(g, 8, dh, theta=1e4)
+        g.set_output(ops.rope_kv(g, q, k, v, step, table, kc, vc, heads=heads, kv_heads=kv_heads, neox=neox), "q")
+        g.set_output(kc, "kc")
+        g.set_output(vc, "vc")
+        assert len(g.execute_nodes) == 1
+        g.run_prepack()
+        kexp, vexp = kc0.copy(), vc0.copy()
+        for f in feeds:
+            out = g.execute(f)
+            pos = int(f["step"][0])
+            np.testing.assert_allclose(out["q"], rope_reference(f["q"], pos, heads, 1e4, neox), rtol=1e-5, atol=1e-5)
+            n = min(t, rows - pos)
+            kexp[pos:pos + n] = rope_reference(f["k"], pos, kv_heads, 1e4, neox)[:n]
+            vexp[pos:pos + n] = f["v"][:n]
+            np.testing.assert_allclose(out["kc"], kexp, rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(out["vc"], vexp)
+
+
+def test_rope_kv_checks_its_shapes(device, compiler):
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        q, k = g.add_input((2, 16), np.float32, "q"), g.add_input((2, 8), np.float32, "k")
+        step = g.add_input((2,), np.uint32, "step")
+        table, cache = ops.rope_table(g, 4, 4), g.add_tensor((4, 8), np.float32, "c")
+        with pytest.raises(ValueError, match=r"rope_kv: k \(2, 8\) and v \(2, 4\) must be \(2, 2 x 4\)"):
+            ops.rope_kv(g, q, k, g.add_input((2, 4), np.float32, "v"), step, table, cache, cache, heads=4, kv_heads=2)
+        with pytest.raises(ValueError, match=r"rope_kv: caches \(4, 8\) and \(4, 4\) must be \[rows, 8\]"):
+            ops.rope_kv(g, q, k, k, step, table, cache, g.add_tensor((4, 4), np.float32), heads=4, kv_heads=2)
+
+
 @pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-kernels", "gpu-kernels"])
 def test_kv_cache_attention_over_steps(device, compiler, monkeypatch, cpu_kernels):
     """Write one token's k/v per execute into a cache and attend causally with the position in

@@ -499,6 +499,36 @@ def rotary(g: ComputeGraph, x: ValueRef, cos: ValueRef, sin: ValueRef, step: Val
     return out
 
 
+def rope_kv(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, step: ValueRef, table: ValueRef,
+            k_cache: ValueRef, v_cache: ValueRef, *, heads: int, kv_heads: int, neox: bool = False) -> ValueRef:
+    """What a decoder layer does between its projections and attention, in one dispatch
+    (glsl/rope_kv.glsl; ET-VK fuses the same): returns :func:`rope` of ``q`` ``[T, heads*Dh]``
+    and writes :func:`rope` of ``k`` and ``v`` (``[T, kv_heads*Dh]``) into rows ``step[0]..`` of
+    the caches, as :func:`kv_write` does."""
+    (q, qt), (k, kt), (v, vt) = (_buffer(g, r, f"rope_kv {n}") for r, n in ((q, "q"), (k, "k"), (v, "v")))
+    _step(g, step, "rope_kv")
+    t = qt.shape[0]
+    if qt.shape[1] % heads or (qt.shape[1] // heads) % 2:
+        raise ValueError(f"rope_kv: q width {qt.shape[1]} is not {heads} heads of an even size")
+    dh = qt.shape[1] // heads
+    width = kv_heads * dh
+    if kt.shape != (t, width) or vt.shape != (t, width):
+        raise ValueError(f"rope_kv: k {kt.shape} and v {vt.shape} must be ({t}, {kv_heads} x {dh})")
+    ct, vct = _tensor(g, k_cache, "k cache"), _tensor(g, v_cache, "v cache")
+    if ct.shape[1:] != (width,) or vct.shape != ct.shape:
+        raise ValueError(f"rope_kv: caches {ct.shape} and {vct.shape} must be [rows, {width}]")
+    tt = g.values[table]
+    if tt.dtype != np.float32 or len(tt.shape) != 3 or tt.shape[1:] != (dh // 2, 2):
+        raise ValueError(f"rope_kv: table {tt.shape} {tt.dtype} is not [positions, {dh // 2}, 2] float32")
+    out = g.add_tensor(qt.shape, np.float32)
+    work = t * (heads + 2 * kv_heads) * dh // 2
+    g.add_dispatch(DispatchNode("rope_kv", [out, q, k, v, step, table, k_cache, v_cache],
+                                struct.pack("<6I", t, heads, kv_heads, dh, tt.shape[0], ct.shape[0]),
+                                {0: LOCAL_SIZE}, _groups(g, work), {"NEOX": int(neox)},
+                                moved_nbytes=2 * (qt.nbytes + kt.nbytes + vt.nbytes)))
+    return out
+
+
 def kv_write(g: ComputeGraph, cache: ValueRef, src: ValueRef, step: ValueRef) -> ValueRef:
     """Write ``src`` ``[T, W]`` into rows ``step[0]..`` of ``cache`` ``[rows, W]``; returns ``cache``."""
     ct = _tensor(g, cache, "kv cache")
