@@ -73,7 +73,7 @@ void main() {
                         vec4 q = bytes4(WORD(rec + SCALES + i));
                         sq += dot(q - 256.0 * vec4(greaterThanEqual(q, vec4(128.0))), xv[i]);
                     }
-                    acc[r] += uintBitsToFloat(WORD(rec)) * sq;
+                    acc[r] += BLOCK_D(WORD(rec)) * sq;
                 }
 #else
                 vec4 lo[4], hi[4];
@@ -91,10 +91,11 @@ void main() {
                         uint word = WORD(rec + SCALES + i);
                         sq += dot(bytes4(word & 0x0F0F0F0Fu), lo[i]) + dot(bytes4((word >> 4u) & 0x0F0F0F0Fu), hi[i]);
                     }
+                    uint head = WORD(rec);
 #if QTYPE == 0
-                    acc[r] += uintBitsToFloat(WORD(rec)) * (sq - 8.0 * sxs);
+                    acc[r] += BLOCK_D(head) * (sq - 8.0 * sxs);
 #else
-                    acc[r] += uintBitsToFloat(WORD(rec)) * sq + uintBitsToFloat(WORD(rec + 1u)) * sxs;
+                    acc[r] += BLOCK_D(head) * sq + BLOCK_M(head) * sxs;
 #endif
                 }
 #endif
@@ -146,9 +147,10 @@ void main() {
                     for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(lo, xv[t * 8u + i]) + dot(hi, xv[t * 8u + i + 4u]);
                 }
 #endif
-                float d = uintBitsToFloat(WORD(rec));
+                uint head = WORD(rec);
+                float d = BLOCK_D(head);
 #if QTYPE == 1
-                float mn = uintBitsToFloat(WORD(rec + 1u));
+                float mn = BLOCK_M(head);
 #endif
                 for (uint t = 0u; t < TOKENS; ++t) {
 #if QTYPE == 0

@@ -1,13 +1,16 @@
 #version 450
-// Packer "q4_0" / "q4_1" / "q8_0": GGML blocks (raw bytes, N rows of row_bytes) repacked so a
+// Packer "q4_0" / "q8_0": GGML blocks (raw bytes, N rows of row_bytes) repacked so a
 // GEMV reads whole 32-bit quant words and float scales (layout in quant_blocks.h). One
-// invocation per block. A block starts at byte BLOCK_BYTES * blk: on a word boundary, or (Q4_0
-// and Q8_0, whose blocks are 18 and 34 bytes) two bytes past one, so its words are read whole and
+// invocation per block. A block starts at byte BLOCK_BYTES * blk: on a word boundary, or (its
+// blocks are 18 or 34 bytes) two bytes past one, so its words are read whole and
 // cut with one 16-bit shift; no private arrays (on lavapipe an indexed local array is memory,
 // every access a loop over the SIMD lanes).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "quant_blocks.h"
+#if QTYPE == 1
+#error Q4_1 blocks are packed as they are: a copy (graph/packers.py)
+#endif
 
 layout(local_size_x_id = 0) in;
 
@@ -29,14 +32,6 @@ void main() {
         uint w = a >> 2u;
         uint rec = blk * REC;
         uint head = src[w];
-#if QTYPE == 1
-        // 20-byte blocks: always word-aligned; d and m are the first word's halves
-        dst[rec] = floatBitsToUint(unpackHalf2x16(head).x);
-        dst[rec + 1u] = floatBitsToUint(unpackHalf2x16(head >> 16u).x);
-        [[unroll]] for (uint i = 0u; i < WORDS; ++i) {
-            dst[rec + SCALES + i] = src[w + 1u + i];
-        }
-#else
         if ((a & 2u) == 0u) {
             // aligned: d is the low half of the first word, the quants start 2 bytes in
             dst[rec] = floatBitsToUint(unpackHalf2x16(head).x);
@@ -53,6 +48,5 @@ void main() {
                 dst[rec + SCALES + i] = src[w + 1u + i];
             }
         }
-#endif
     }
 }

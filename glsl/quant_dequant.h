@@ -2,7 +2,7 @@
 
 // Weight j (0..31) of the packed block whose record starts at word rec.
 float dequant(uint rec, uint j) {
-    float d = uintBitsToFloat(w[rec]);
+    float d = BLOCK_D(w[rec]);
     uint wbase = rec + SCALES;
 #if QTYPE == 2
     uint word = w[wbase + j / 4u];
@@ -13,7 +13,7 @@ float dequant(uint rec, uint j) {
 #if QTYPE == 0
     return d * (q - 8.0);
 #else
-    return d * q + uintBitsToFloat(w[rec + 1u]);
+    return d * q + BLOCK_M(w[rec]);
 #endif
 #endif
 }

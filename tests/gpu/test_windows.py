@@ -10,6 +10,7 @@ from gguf.quants import dequantize, quantize
 
 from vkgraph import ops
 from vkgraph.errors import UnsupportedFeatureError
+from vkgraph.ggml import FORMATS
 from vkgraph.graph import ComputeGraph
 
 from .test_prepack import ref_linear_4x4
@@ -62,7 +63,8 @@ def test_quantized_linear_and_embedding_in_windows(device, compiler, fmt):
         xin, idin = g.add_input(x.shape, np.float32, "x"), g.add_input(ids.shape, np.int32, "ids")
         g.set_output(ops.linear(g, xin, wd), "y")
         g.set_output(ops.embedding(g, idin, wd), "e")
-        assert g.run_prepack().packing_dispatches > 1
+        dispatches = g.run_prepack().packing_dispatches  # Q4_1: copied as it is
+        assert dispatches == 0 if FORMATS[fmt].verbatim else dispatches > 1
         np.testing.assert_array_equal(g.read_tensor(wd), ref_packed(fmt, raw))
         out = g.execute({"x": x, "ids": ids})
     np.testing.assert_allclose(out["y"], x.astype(np.float64) @ deq.T, rtol=1e-4, atol=1e-4)

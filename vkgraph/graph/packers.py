@@ -226,9 +226,10 @@ class TexturePacker(Packer):
 
 
 class QuantPacker(Packer):
-    """GGML blocks (uint8 rows of whole blocks, formats in vkgraph/ggml.py) repacked into float
-    scales + quant words (see glsl/quant_blocks.h). The destination's logical shape is (rows,
-    weights per row)."""
+    """GGML blocks (uint8 rows of whole blocks, formats in vkgraph/ggml.py) repacked into a scale
+    word + quant words (see glsl/quant_blocks.h); Q4_1's blocks are that already, so its packer
+    has no shader: a copy, or a direct write where device memory is host-visible. The
+    destination's logical shape is (rows, weights per row)."""
 
     shader = "pack_quant"
     push_nbytes = 12
@@ -239,9 +240,14 @@ class QuantPacker(Packer):
         self.format = FORMATS[fmt]
         self.block_bytes = self.format.block_nbytes
         self.defines = {"QTYPE": self.format.qtype}
+        if self.format.verbatim:  # the file's blocks are the packed records: copied like identity
+            self.shader = None  # type: ignore[misc]
 
     def pack_host(self, src: TensorRef, data: np.ndarray, out: np.ndarray) -> None:
         f = self.format
+        if f.verbatim:
+            out[:data.nbytes] = data
+            return
         # rows hold whole blocks, so the bytes are one block after another: f16 scales, quant words
         blocks = data.view(np.dtype([("s", "<f2", (f.scales,)), ("q", "<u4", (f.words,))]))
         rec = out.view(np.uint32)[:len(blocks) * (f.scales + f.words)].reshape(len(blocks), f.scales + f.words)

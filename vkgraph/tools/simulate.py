@@ -52,7 +52,7 @@ class SimNode:
 
     @property
     def shader(self) -> bool:
-        return self.packer not in ("identity",)
+        return get_packer(self.packer).shader is not None
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,9 @@ class Profile:
         return self.pack_gbps.get(packer, self.pack_gbps["default"]) * GB
 
     def host_pack_bandwidth(self, packer: str) -> float:
-        """The CPU writing a weight straight into fresh device pages: a copy for identity, the
-        packer's host form for the rest."""
-        return (self.fresh_copy_gbps if packer == "identity" else
+        """The CPU writing a weight straight into fresh device pages: a copy for packers without a
+        shader (identity, q4_1), the packer's host form for the rest."""
+        return (self.fresh_copy_gbps if get_packer(packer).shader is None else
                 self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps))) * GB
 
 
