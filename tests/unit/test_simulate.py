@@ -177,3 +177,16 @@ def test_bad_fresh_device_rate(tmp_path):
     p.write_text(re.sub(r"(?m)^fresh_device_gbps = .*$", "fresh_device_gbps = -2", text))
     with pytest.raises(ConfigError, match="gpu.fresh_device_gbps: must be >= 0"):
         load_profile(p)
+
+
+def test_weights_copied_straight_into_device_memory_touch_fresh_pages_only_on_a_first_load():
+    """Identity and Q4_1 weights (packers without a shader) are written by the CPU into
+    host-visible device memory: at the copy rate into pages the process holds, at the
+    first-touch rate on a first load."""
+    nodes = nodes_of([1 << 20] * 2, packer="identity") + nodes_of([1 << 20], packer="q4_1")
+    p = dataclasses.replace(PROFILE, host_visible_device_local=True, source_read_gbps=0.0)
+    settled = simulate(nodes, GraphConfig(), p, "legacy")
+    first = simulate(nodes, GraphConfig(), p, "legacy", first_load=True)
+    assert settled.packing_dispatches == first.packing_dispatches == 0
+    assert first.cpu_encode_s - settled.cpu_encode_s == pytest.approx(
+        3 * (1 << 20) * (1 / (p.fresh_copy_gbps * 1e9) - 1 / (p.copy_gbps * 1e9)))

@@ -89,11 +89,13 @@ class Profile:
     def pack_bandwidth(self, packer: str) -> float:
         return self.pack_gbps.get(packer, self.pack_gbps["default"]) * GB
 
-    def host_pack_bandwidth(self, packer: str) -> float:
-        """The CPU writing a weight straight into fresh device pages: a copy for packers without a
-        shader (identity, q4_1), the packer's host form for the rest."""
-        return (self.fresh_copy_gbps if get_packer(packer).shader is None else
-                self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps))) * GB
+    def host_pack_bandwidth(self, packer: str, fresh: bool = True) -> float:
+        """The CPU writing a weight straight into device memory: a copy for packers without a
+        shader (identity, q4_1), into ``fresh`` pages or ones the process holds; the packer's
+        host form (measured into fresh pages) for the rest."""
+        if get_packer(packer).shader is None:
+            return (self.fresh_copy_gbps if fresh else self.copy_gbps) * GB
+        return self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps)) * GB
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -259,8 +261,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             c += profile.encode_node_s
             if profile.source_read_gbps > 0:  # weights come from file mappings: page faults on first read
                 c += n.src_nbytes / (profile.source_read_gbps * GB)
-            if direct(n):
-                c += n.src_nbytes / profile.host_pack_bandwidth(n.packer)  # into fresh device pages
+            if direct(n):  # a copy into pages the process holds, or (a first load) fresh ones; a host form
+                c += n.src_nbytes / profile.host_pack_bandwidth(n.packer, first_load)
                 continue
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
