@@ -79,12 +79,7 @@ def device_facts(profile: Profile) -> DeviceFacts:
                                       "minTexelBufferOffsetAlignment": profile.staging_alignment})
 
 
-def kind(node: DispatchNode) -> str:
-    """The op kind a profile table shows (as ``vkgraph bench decode --profile``)."""
-    return node.shader
-
-
-def weight_format(g: ComputeGraph, node: DispatchNode) -> str:
+def weight_format(node: DispatchNode) -> str:
     qtype = node.defines.get("QTYPE")
     return "fp32" if qtype is None else QTYPE_FORMAT[int(qtype)]
 
@@ -96,7 +91,7 @@ def binding_nbytes(g: ComputeGraph, arg) -> int:
 def dispatch_seconds(g: ComputeGraph, node: DispatchNode, rates: ExecuteRates) -> float:
     """One dispatch alone on the device (see the module's docstring)."""
     if node.weight_passes:
-        fmt = weight_format(g, node)
+        fmt = weight_format(node)
         if fmt not in rates.weight_gbps:
             raise ConfigError("profile", f"execute.weight_gbps.{fmt}", "missing")
         m, rows, k = node.linear_shape
@@ -120,8 +115,8 @@ def predict_entry(g: ComputeGraph, entry: str, rates: ExecuteRates) -> EntryPred
     for node in g.execute_nodes:
         if node.entry == entry:
             s = dispatch_seconds(g, node, rates)
-            per[kind(node)][0] += s
-            per[kind(node)][1] += 1
+            per[node.shader][0] += s  # the op kind, as bench decode --profile shows it
+            per[node.shader][1] += 1
     by_kind = {k: (s, n) for k, (s, n) in sorted(per.items(), key=lambda kv: -kv[1][0])}
     total = sum(s for s, _ in by_kind.values())
     return EntryPrediction(rates.host_s + total, sum(n for _, n in by_kind.values()), by_kind)
