@@ -190,3 +190,16 @@ def test_weights_copied_straight_into_device_memory_touch_fresh_pages_only_on_a_
     assert settled.packing_dispatches == first.packing_dispatches == 0
     assert first.cpu_encode_s - settled.cpu_encode_s == pytest.approx(
         3 * (1 << 20) * (1 / (p.fresh_copy_gbps * 1e9) - 1 / (p.copy_gbps * 1e9)))
+
+
+def test_output_into_a_closed_pipe_stops_quietly():
+    """`vkgraph simulate ... | head -1`: once the reader has gone, the command stops with
+    128 + SIGPIPE and no error message."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "vkgraph", "simulate", "--model", "synthetic:64"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader leaves before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and err == ""

@@ -43,7 +43,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.device:
         os.environ[ENV_DEVICE] = args.device
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:  # the reader went away (`vkgraph ... | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 141  # 128 + SIGPIPE
     except (VkGraphError, ValueError, OSError) as exc:
         print(f"vkgraph: error: {exc}", file=sys.stderr)
         return 1
