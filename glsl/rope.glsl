@@ -1,8 +1,8 @@
 #version 450
 // Rotary position embedding of x[T][H*Dh] at positions step[0] + t (the position lives in a
-// buffer so recorded command buffers serve every generation step). Pairs are (2i, 2i+1)
-// (GGML's "normal" mode, as GGUF llama weights expect) or, with NEOX, (i, i + Dh/2). The angles'
-// cos and sin come from a table computed on the CPU in float64: table[P][Dh/2] of (cos, sin).
+// buffer so recorded command buffers serve every generation step); pairs and angles as
+// rope_pair.h says.
+#extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x_id = 0) in;
 
@@ -18,25 +18,15 @@ layout(push_constant) uniform Params {
     uint P;  // positions in the table
 };
 
+#include "rope_pair.h"
+
 void main() {
-    uint half_ = Dh / 2u;
-    uint pairs = T * H * half_;
+    uint pairs = T * H * (Dh / 2u);
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint o = gl_GlobalInvocationID.x; o < pairs; o += stride) {
-        uint t = o / (H * half_);
-        uint i = o % half_;
-        uint base = (o / half_) * Dh;
-        vec2 cs = table[min(step[0] + t, P - 1u) * half_ + i];
-#if NEOX
-        uint a = base + i;
-        uint b = base + i + half_;
-#else
-        uint a = base + 2u * i;
-        uint b = a + 1u;
-#endif
-        float xa = x[a];
-        float xb = x[b];
-        outv[a] = xa * cs.x - xb * cs.y;
-        outv[b] = xa * cs.y + xb * cs.x;
+        RopePair r = rope_pair(o, H, Dh, step[0], P);
+        vec2 y = rotate(r, x[r.a], x[r.b]);
+        outv[r.a] = y.x;
+        outv[r.b] = y.y;
     }
 }

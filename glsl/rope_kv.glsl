@@ -2,9 +2,9 @@
 // One dispatch for what a decoder layer does between its q/k/v projections and attention
 // (ET-VK fuses the same: apply_rotary_emb rotates q and k together, update_cache writes the
 // caches): q_out = rope(q); k_cache[step[0] + t] = rope(k)[t]; v_cache[step[0] + t] = v[t], for
-// T tokens; rows past the caches' end are dropped. Rotation as rope.glsl (pairs (2i, 2i+1), or
-// (i, i + Dh/2) with NEOX), angles from the table. Invocations: the q pairs, then the k pairs,
-// then the v pairs (copies).
+// T tokens; rows past the caches' end are dropped. Pairs and angles as rope_pair.h says.
+// Invocations: the q pairs, then the k pairs, then the v pairs (copies).
+#extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x_id = 0) in;
 
@@ -26,50 +26,35 @@ layout(push_constant) uniform Params {
     uint rows;  // cache rows
 };
 
+#include "rope_pair.h"
+
 void main() {
     uint half_ = Dh / 2u;
     uint qp = T * H * half_;
     uint kp = T * KH * half_;
+    uint w = KH * Dh;  // a cache row
     uint total = qp + 2u * kp;  // v: T * KH * Dh elements, two per invocation
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint o = gl_GlobalInvocationID.x; o < total; o += stride) {
-        bool isq = o < qp;
-        uint p = isq ? o : o - qp;
-        if (!isq && p >= kp) {  // a pair of v values
-            p -= kp;
-            uint w = KH * Dh;
-            uint row = step[0] + (2u * p) / w;
+        if (o < qp) {
+            RopePair r = rope_pair(o, H, Dh, step[0], P);
+            vec2 y = rotate(r, q[r.a], q[r.b]);
+            qout[r.a] = y.x;
+            qout[r.b] = y.y;
+        } else if (o < qp + kp) {
+            RopePair r = rope_pair(o - qp, KH, Dh, step[0], P);
+            uint row = step[0] + r.t;
             if (row < rows) {
-                vc[row * w + (2u * p) % w] = v[2u * p];
-                vc[row * w + (2u * p) % w + 1u] = v[2u * p + 1u];
+                vec2 y = rotate(r, k[r.a], k[r.b]);
+                kc[row * w + r.a - r.t * w] = y.x;
+                kc[row * w + r.b - r.t * w] = y.y;
             }
-            continue;
-        }
-        uint heads = isq ? H : KH;
-        uint t = p / (heads * half_);
-        uint i = p % half_;
-        uint base = (p / half_) * Dh;
-#if NEOX
-        uint a = base + i;
-        uint b = base + i + half_;
-#else
-        uint a = base + 2u * i;
-        uint b = a + 1u;
-#endif
-        vec2 cs = table[min(step[0] + t, P - 1u) * half_ + i];
-        float xa = isq ? q[a] : k[a];
-        float xb = isq ? q[b] : k[b];
-        float ra = xa * cs.x - xb * cs.y;
-        float rb = xa * cs.y + xb * cs.x;
-        if (isq) {
-            qout[a] = ra;
-            qout[b] = rb;
-        } else {
-            uint row = step[0] + t;
+        } else {  // a pair of v values
+            uint e = 2u * (o - qp - kp);
+            uint row = step[0] + e / w;
             if (row < rows) {
-                uint w = KH * Dh;
-                kc[row * w + a - t * w] = ra;
-                kc[row * w + b - t * w] = rb;
+                vc[row * w + e % w] = v[e];
+                vc[row * w + e % w + 1u] = v[e + 1u];
             }
         }
     }

@@ -18,7 +18,7 @@ from ..graph.packers import get_packer
 from ..graph.values import ArraySource, TensorRef
 from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind
 from .simulate import Profile, load_profile, model_nodes, simulate
-from .simulate_run import ExecuteRates, binding_nbytes
+from .simulate_run import ExecuteRates, linear_terms
 
 
 def _median(f, repeat: int = 3) -> float:
@@ -190,10 +190,8 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
 
         t = _execute_seconds(dev, build, {"x": rng.standard_normal((m, k), dtype=np.float32)}, repeat)
         g = box["graph"]
-        nodes = [x for x in g.execute_nodes if x.weight_passes]
-        return (t - host_s, len(nodes), sum(x.weight_passes * x.linear_shape[1] for x in nodes),
-                sum(x.weight_passes * binding_nbytes(g, x.args[2]) for x in nodes),
-                sum((x.linear_shape[0] - x.weight_passes) * x.linear_shape[1] * x.linear_shape[2] for x in nodes))
+        terms = [linear_terms(g, x) for x in g.execute_nodes if x.weight_passes]
+        return (t - host_s, len(terms), *(sum(column) for column in zip(*terms)))
 
     shapes = [(512, 512), (2048, 512), (512, 2048), (2048, 2048)]
     runs = {fmt: [linears(fmt, n, k, 1) for n, k in shapes] for fmt in ("fp32", *kinds)}

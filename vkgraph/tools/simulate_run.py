@@ -88,16 +88,24 @@ def binding_nbytes(g: ComputeGraph, arg) -> int:
     return arg[2] if isinstance(arg, tuple) else g.values[arg].nbytes
 
 
+def linear_terms(g: ComputeGraph, node: DispatchNode) -> tuple[int, int, int]:
+    """What a linear's dispatch is priced by: (weight rows and weight bytes streamed over its
+    passes, multiply-adds of its tiles' further tokens). Calibration fits the rates to these."""
+    m, rows, k = node.linear_shape
+    return (node.weight_passes * rows, node.weight_passes * binding_nbytes(g, node.args[2]),
+            (m - node.weight_passes) * rows * k)
+
+
 def dispatch_seconds(g: ComputeGraph, node: DispatchNode, rates: ExecuteRates) -> float:
     """One dispatch alone on the device (see the module's docstring)."""
     if node.weight_passes:
         fmt = weight_format(node)
         if fmt not in rates.weight_gbps:
             raise ConfigError("profile", f"execute.weight_gbps.{fmt}", "missing")
-        m, rows, k = node.linear_shape
-        work = node.weight_passes * (rows * rates.linear_row_s + binding_nbytes(g, node.args[2]) / (rates.weight_gbps[fmt] * GB))
+        rows, nbytes, macs = linear_terms(g, node)
+        work = rows * rates.linear_row_s + nbytes / (rates.weight_gbps[fmt] * GB)
         if fmt in rates.gmacs:  # the tiles' further tokens
-            work += (m - node.weight_passes) * rows * k / (rates.gmacs[fmt] * 1e9)
+            work += macs / (rates.gmacs[fmt] * 1e9)
         return rates.linear_dispatch_s + work
     moved = node.moved_nbytes if node.moved_nbytes >= 0 else sum(binding_nbytes(g, a) for a in node.args)
     return rates.dispatch_s + moved / (rates.stream_gbps * GB)
