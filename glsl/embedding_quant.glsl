@@ -1,5 +1,5 @@
 #version 450
-// out[t][k] = dequantized table[ids[t]][k] for a table packed by pack_quant.glsl. The bound table
+// out[t][k] = dequantized table[ids[t]][k] for a table of GGML blocks (quant_blocks.h). The bound table
 // is the window of rows [r0, r1) of a V-row table: only ids in the window are written, and the
 // dispatch with `first` set also writes zero rows for ids outside [0, V).
 #extension GL_GOOGLE_include_directive : require
@@ -29,7 +29,7 @@ void main() {
         int id = ids[i / K];
         uint k = i % K;
         if (id >= int(r0) && id < int(r1)) {
-            outv[i] = dequant(((uint(id) - r0) * nb + k / 32u) * REC, k % 32u);
+            outv[i] = dequant((uint(id) - r0) * nb + k / 32u, k % 32u);
         } else if (first != 0u && (id < 0 || uint(id) >= V)) {
             outv[i] = 0.0;
         }

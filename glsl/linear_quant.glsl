@@ -1,7 +1,6 @@
 #version 450
 // y[m][n0 + n] = x[m][:] . W[n][:] for the N rows of W bound here (a window starting at row n0
-// of a larger weight; ldy is y's row length), W quantized in GGML blocks and packed by
-// pack_quant.glsl. Each invocation computes ROWS consecutive rows for TOKENS consecutive m (1
+// of a larger weight; ldy is y's row length), W the file's GGML blocks (quant_blocks.h). Each invocation computes ROWS consecutive rows for TOKENS consecutive m (1
 // and 1 on GPUs; more on CPU renderers, where a weight block decoded once serves TOKENS tokens
 // and the x values loaded once serve ROWS rows), dequantizing four weights per 32-bit word.
 // TEXEL reads W, X_TEXEL x, as a uniform texel buffer: lavapipe runs a storage-buffer load inside
@@ -67,13 +66,17 @@ void main() {
                 vec4 xv[8];
                 for (uint i = 0u; i < 8u; ++i) xv[i] = X4(xb + i);
                 for (uint r = 0u; r < ROWS; ++r) {
-                    uint rec = (min(first + r, N - 1u) * nb + b) * REC;
+                    uint blk = min(first + r, N - 1u) * nb + b;
+                    uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
+                    uint head = WORD(base), prev = head;
                     float sq = 0.0;
                     for (uint i = 0u; i < 8u; ++i) {
-                        vec4 q = bytes4(WORD(rec + SCALES + i));
+                        uint next = WORD(base + 1u + i);
+                        vec4 q = bytes4(QUANT_WORD(prev, next, s));
+                        prev = next;
                         sq += dot(q - 256.0 * vec4(greaterThanEqual(q, vec4(128.0))), xv[i]);
                     }
-                    acc[r] += BLOCK_D(WORD(rec)) * sq;
+                    acc[r] += BLOCK_D(head, s) * sq;
                 }
 #else
                 vec4 lo[4], hi[4];
@@ -85,17 +88,20 @@ void main() {
                 }
                 float sxs = sx.x + sx.y + sx.z + sx.w;
                 for (uint r = 0u; r < ROWS; ++r) {
-                    uint rec = (min(first + r, N - 1u) * nb + b) * REC;
+                    uint blk = min(first + r, N - 1u) * nb + b;
+                    uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
+                    uint head = WORD(base), prev = head;
                     float sq = 0.0;
                     for (uint i = 0u; i < 4u; ++i) {
-                        uint word = WORD(rec + SCALES + i);
+                        uint next = WORD(base + 1u + i);
+                        uint word = QUANT_WORD(prev, next, s);
+                        prev = next;
                         sq += dot(bytes4(word & 0x0F0F0F0Fu), lo[i]) + dot(bytes4((word >> 4u) & 0x0F0F0F0Fu), hi[i]);
                     }
-                    uint head = WORD(rec);
 #if QTYPE == 0
-                    acc[r] += BLOCK_D(head) * (sq - 8.0 * sxs);
+                    acc[r] += BLOCK_D(head, s) * (sq - 8.0 * sxs);
 #else
-                    acc[r] += BLOCK_D(head) * sq + BLOCK_M(head) * sxs;
+                    acc[r] += BLOCK_D(head, s) * sq + BLOCK_M(head) * sxs;
 #endif
                 }
 #endif
@@ -130,25 +136,26 @@ void main() {
                 sx[t] = s.x + s.y + s.z + s.w;
             }
             for (uint r = 0u; r < ROWS; ++r) {
-                uint rec = (min(first + r, N - 1u) * nb + b) * REC;
+                uint blk = min(first + r, N - 1u) * nb + b;
+                uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
+                uint head = WORD(base), prev = head;
                 float sq[TOKENS];  // per token: the block's quants . x
                 for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0;
+                for (uint i = 0u; i < WORDS; ++i) {
+                    uint next = WORD(base + 1u + i);
+                    uint word = QUANT_WORD(prev, next, s);
+                    prev = next;
 #if QTYPE == 2
-                for (uint i = 0u; i < 8u; ++i) {
-                    vec4 q = bytes4(WORD(rec + SCALES + i));
+                    vec4 q = bytes4(word);
                     q -= 256.0 * vec4(greaterThanEqual(q, vec4(128.0)));
                     for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + i]);
-                }
 #else
-                for (uint i = 0u; i < 4u; ++i) {
-                    uint word = WORD(rec + SCALES + i);
                     vec4 lo = bytes4(word & 0x0F0F0F0Fu);
                     vec4 hi = bytes4((word >> 4u) & 0x0F0F0F0Fu);
                     for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(lo, xv[t * 8u + i]) + dot(hi, xv[t * 8u + i + 4u]);
-                }
 #endif
-                uint head = WORD(rec);
-                float d = BLOCK_D(head);
+                }
+                float d = BLOCK_D(head, s);
 #if QTYPE == 1
                 float mn = BLOCK_M(head);
 #endif

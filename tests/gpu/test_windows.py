@@ -10,7 +10,6 @@ from gguf.quants import dequantize, quantize
 
 from vkgraph import ops
 from vkgraph.errors import UnsupportedFeatureError
-from vkgraph.ggml import FORMATS
 from vkgraph.graph import ComputeGraph
 
 from .test_prepack import ref_linear_4x4
@@ -52,8 +51,10 @@ def test_fp32_linear_in_windows(device, compiler, monkeypatch, n, k, bias, cpu_k
 
 @pytest.mark.parametrize("fmt", list(QTYPES))
 def test_quantized_linear_and_embedding_in_windows(device, compiler, fmt):
+    """Blocks that start mid-word (Q4_0, Q8_0); on lavapipe rows of 3 blocks, so that rows end
+    mid-word too and windows start only at rows whose offsets are aligned."""
     rng = np.random.default_rng(len(fmt))
-    n, k = 300, 64 * widen(device)
+    n, k = 300, 96 * widen(device)
     raw = quantize(rng.standard_normal((n, k)).astype(np.float32), QTYPES[fmt])
     deq = dequantize(raw, QTYPES[fmt]).astype(np.float32)
     x = rng.standard_normal((2, k)).astype(np.float32)
@@ -63,9 +64,9 @@ def test_quantized_linear_and_embedding_in_windows(device, compiler, fmt):
         xin, idin = g.add_input(x.shape, np.float32, "x"), g.add_input(ids.shape, np.int32, "ids")
         g.set_output(ops.linear(g, xin, wd), "y")
         g.set_output(ops.embedding(g, idin, wd), "e")
-        dispatches = g.run_prepack().packing_dispatches  # Q4_1: copied as it is
-        assert dispatches == 0 if FORMATS[fmt].verbatim else dispatches > 1
-        np.testing.assert_array_equal(g.read_tensor(wd), ref_packed(fmt, raw))
+        assert g.run_prepack().packing_dispatches == 0  # copied as it is
+        assert sum(1 for node in g.execute_nodes if node.shader == "linear_quant") > 1
+        np.testing.assert_array_equal(g.read_tensor(wd), ref_packed(raw))
         out = g.execute({"x": x, "ids": ids})
     np.testing.assert_allclose(out["y"], x.astype(np.float64) @ deq.T, rtol=1e-4, atol=1e-4)
     valid = (ids >= 0) & (ids < n)

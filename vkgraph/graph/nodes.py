@@ -74,7 +74,8 @@ class PrepackNode:
             assert region is not None
             offset = region.write(data, graph.staging_alignment)
             if self.packer.shader is None:
-                cmd.copy_buffer(region.buffer, dst.buffer, data.nbytes, src_offset=offset)
+                # the staged word padding too where the destination has it (GGML blocks)
+                cmd.copy_buffer(region.buffer, dst.buffer, min(align_up(data.nbytes, 4), dst.nbytes), src_offset=offset)
             else:
                 kernel = self.kernel(graph)
                 if dst.image is not None:

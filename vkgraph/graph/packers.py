@@ -226,33 +226,21 @@ class TexturePacker(Packer):
 
 
 class QuantPacker(Packer):
-    """GGML blocks (uint8 rows of whole blocks, formats in vkgraph/ggml.py) repacked into a scale
-    word + quant words (see glsl/quant_blocks.h); Q4_1's blocks are that already, so its packer
-    has no shader: a copy, or a direct write where device memory is host-visible. The
-    destination's logical shape is (rows, weights per row)."""
+    """GGML blocks (uint8 rows of whole blocks, formats in vkgraph/ggml.py), packed as they are:
+    the shaders read the file's blocks (glsl/quant_blocks.h), so there is no packing shader: a
+    copy, or a direct write where device memory is host-visible. The destination's logical shape
+    is (rows, weights per row); its bytes are the blocks', zero-padded to whole 32-bit words."""
 
-    shader = "pack_quant"
-    push_nbytes = 12
     host_form = True
 
     def __init__(self, fmt: str):
         self.name = self.layout = fmt  # type: ignore[misc]
         self.format = FORMATS[fmt]
         self.block_bytes = self.format.block_nbytes
-        self.defines = {"QTYPE": self.format.qtype}
-        if self.format.verbatim:  # the file's blocks are the packed records: copied like identity
-            self.shader = None  # type: ignore[misc]
 
     def pack_host(self, src: TensorRef, data: np.ndarray, out: np.ndarray) -> None:
-        f = self.format
-        if f.verbatim:
-            out[:data.nbytes] = data
-            return
-        # rows hold whole blocks, so the bytes are one block after another: f16 scales, quant words
-        blocks = data.view(np.dtype([("s", "<f2", (f.scales,)), ("q", "<u4", (f.words,))]))
-        rec = out.view(np.uint32)[:len(blocks) * (f.scales + f.words)].reshape(len(blocks), f.scales + f.words)
-        rec[:, :f.scales] = blocks["s"].astype(np.float32).view(np.uint32)
-        rec[:, f.scales:] = blocks["q"]
+        out[:data.nbytes] = data
+        out[data.nbytes:] = 0
 
     def _blocks(self, src: TensorRef) -> tuple[int, int]:
         rows, row_bytes = src.shape
@@ -263,28 +251,10 @@ class QuantPacker(Packer):
         return (rows, nb * BLOCK_WEIGHTS)
 
     def packed_nbytes(self, src: TensorRef) -> int:
-        rows, nb = self._blocks(src)
-        return rows * nb * self.format.packed_block_nbytes
-
-    def push_constants(self, src: TensorRef) -> bytes:
-        rows, nb = self._blocks(src)
-        return struct.pack("<III", rows, nb, src.shape[1])
-
-    def work_items(self, dst: Tensor) -> int:
-        return dst.shape[0] * dst.shape[1] // BLOCK_WEIGHTS
+        return -(-src.nbytes // 4) * 4
 
     def make_dst(self, src: TensorRef, name: str) -> Tensor:
         return Tensor(name, self.dst_shape(src), np.dtype(np.float32), self.layout, self.packed_nbytes(src), constant=True)
-
-    def row_layout(self, src: TensorRef) -> tuple[int, int, int, int]:
-        rows, nb = self._blocks(src)
-        return rows, src.shape[1], nb * self.format.packed_block_nbytes, 1
-
-    def window_push(self, src: TensorRef, r0: int, r1: int) -> bytes:
-        return struct.pack("<III", r1 - r0, self._blocks(src)[1], src.shape[1])
-
-    def window_work(self, src: TensorRef, r0: int, r1: int) -> int:
-        return (r1 - r0) * self._blocks(src)[1]
 
     def validate_source(self, src: TensorRef) -> None:
         if src.quant != self.name:
@@ -320,8 +290,8 @@ def get_packer(packer: str | Packer) -> Packer:
 
 def packs_on_host(packer: Packer, host_visible_device_local: bool, cpu_renderer: bool, host_packing: str) -> bool:
     """The policy for who packs a weight: True when the CPU writes it straight into its device
-    memory (no staging, no command): identity weights wherever device-local memory is
-    host-visible; with ``prepack.host_packing = "cpu-renderer"``, every packer with a host form
+    memory (no staging, no command): weights packed by a copy (identity, GGML blocks) wherever
+    device-local memory is host-visible; with ``prepack.host_packing = "cpu-renderer"``, every packer with a host form
     on a CPU renderer too (linear_4x4 on lavapipe: 1.0-1.4 GB/s in the packing shader, 2.3 GB/s
     in numpy, profiles/lavapipe.toml). The simulator decides with the same function."""
     if not host_visible_device_local or not packer.host_form:

@@ -43,8 +43,12 @@ class StagingRegion:
         return self.offset + start
 
     def write(self, data: np.ndarray, alignment: int) -> int:
+        """Stage ``data`` at an ``alignment``-aligned offset, zero-padded to a whole word."""
         offset = self.take(data.nbytes, alignment)
         self.buffer.write(data, offset)
+        pad = -data.nbytes % 4
+        if pad:
+            self.buffer.view(np.uint8, pad, offset + data.nbytes)[:] = 0
         return offset
 
 

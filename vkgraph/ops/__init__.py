@@ -12,6 +12,7 @@ from ..errors import UnsupportedFeatureError
 from ..ggml import FORMATS
 from ..graph.compute_graph import ComputeGraph
 from ..graph.nodes import DispatchNode, dispatch_groups
+from ..graph.scheduler import align_up
 from ..graph.values import PACKED_DIM, TEXTURE_LAYOUTS, Tensor, TensorRef, ValueRef, contiguous_strides, gather_params
 from ..graph.windows import row_windows
 
@@ -88,7 +89,8 @@ def _row_windows(g: ComputeGraph, ref: ValueRef, rows: int, unit: int = 1) -> li
     out = []
     for r0, r1 in windows:
         off = r0 * row_nbytes
-        out.append((r0, r1, (ref, off, min((r1 - r0 + unit - 1) // unit * unit * row_nbytes, t.nbytes - off))))
+        span = align_up((r1 - r0 + unit - 1) // unit * unit * row_nbytes, 4)  # whole words (GGML rows may end mid-word)
+        out.append((r0, r1, (ref, off, min(span, t.nbytes - off))))
     return out
 
 
@@ -102,8 +104,7 @@ LINEAR_ACTS = {"silu", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh"}  # linear
 def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None,
            residual: ValueRef | None = None, act: str = "", layout: str | None = None) -> ValueRef:
     """``y = x @ weight.T (+ bias) (+ residual)``; ``weight`` is ``[out_features, in_features]``:
-    fp32 (packed in 4x4 blocks) or GGML-quantized (q4_0, q4_1, q8_0; packed into quant words +
-    scales). ``act`` (one of :data:`LINEAR_ACTS`) is applied to ``x @ weight.T + bias``, then
+    fp32 (packed in 4x4 blocks) or GGML-quantized (q4_0, q4_1, q8_0: the file's blocks). ``act`` (one of :data:`LINEAR_ACTS`) is applied to ``x @ weight.T + bias``, then
     ``residual`` (``[M, N]``, a skip connection) added; both in the linear's own dispatch where
     its kernel can. With ``layout="width_packed"`` (fp32 weights, no residual or activation)
     ``x`` may have up to 4 dims ``[..., K]`` and ``y`` ``[..., N]`` is a width-packed texture."""

@@ -13,7 +13,6 @@ import numpy as np
 
 from ..config import GraphConfig
 from ..graph.compute_graph import ComputeGraph
-from ..ggml import FORMATS
 from ..graph.packers import get_packer
 from ..graph.values import ArraySource, TensorRef
 from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind
@@ -86,8 +85,7 @@ def _host_pack_gbps(packer: str, arrays: list[np.ndarray], repeat: int) -> float
     """The packer's host form (graph.packers) packing ``arrays`` into freshly allocated memory,
     as a host-packed load writes straight into fresh device pages."""
     p = get_packer(packer)
-    refs = [TensorRef(f"w{i}", a.shape, a.dtype, ArraySource(a), quant=packer if packer in FORMATS else "")
-            for i, a in enumerate(arrays)]
+    refs = [TensorRef(f"w{i}", a.shape, a.dtype, ArraySource(a)) for i, a in enumerate(arrays)]
 
     def once() -> float:
         outs = [np.empty(p.packed_nbytes(r), np.uint8) for r in refs]
@@ -229,13 +227,13 @@ def _round_trip(dev: Device) -> tuple[float, float]:
     return s, max(statistics.median(trips) - s, 0.0)
 
 
-def _encoded(dev: Device, packer: str, arrays: list[np.ndarray], quant: str = "") -> tuple[ComputeGraph, int, float]:
+def _encoded(dev: Device, packer: str, arrays: list[np.ndarray]) -> tuple[ComputeGraph, int, float]:
     """A graph packing ``arrays`` in one legacy command buffer, encoded and not submitted: (graph,
     packed bytes, perf_counter at the start of encoding, which the load report's times are
     relative to)."""
     g = ComputeGraph(GraphConfig(), device=dev)
     try:
-        refs = [g.prepack_tensor(g.add_tensorref(a, f"w{i}", quant=quant), packer) for i, a in enumerate(arrays)]
+        refs = [g.prepack_tensor(g.add_tensorref(a, f"w{i}"), packer) for i, a in enumerate(arrays)]
         g.prepare()
         t0 = time.perf_counter()
         g.encode_prepack()
@@ -245,9 +243,9 @@ def _encoded(dev: Device, packer: str, arrays: list[np.ndarray], quant: str = ""
     return g, sum(g.values[x].nbytes for x in refs), t0
 
 
-def _pack(dev: Device, packer: str, arrays: list[np.ndarray], quant: str = "") -> tuple[float, float, int]:
+def _pack(dev: Device, packer: str, arrays: list[np.ndarray]) -> tuple[float, float, int]:
     """(CPU encode s, GPU s, packed bytes) of packing ``arrays`` in one legacy command buffer."""
-    g, packed, _ = _encoded(dev, packer, arrays, quant)
+    g, packed, _ = _encoded(dev, packer, arrays)
     with g:
         r = g.prepack()
         return r.cpu_encode_s, r.gpu_s, packed
@@ -314,9 +312,6 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     warm-up graph, so that the packed tensors get memory the previous graph freed (on lavapipe,
     where device memory is the process's heap, packing into pages never touched before is about
     twice as slow, and only the first load of a process does that for all its weights)."""
-    import gguf
-    from gguf.quants import quantize
-
     nbytes = size_mb << 20
     copy = _copy_gbps(device, nbytes, fresh=False)
     fresh = _copy_gbps(device, nbytes, fresh=True)
@@ -331,22 +326,15 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     big = np.split(rng.standard_normal((rows, 4096), dtype=np.float32), 4)
     pack = {}
 
-    def pack_gbps(packer: str, arrays: list[np.ndarray], quant: str = "") -> float:
+    def pack_gbps(packer: str, arrays: list[np.ndarray]) -> float:
         """Median of ``repeat`` packings after a warm-up one: single GPU timings on a shared
         machine vary by +-30%."""
-        _pack(device, packer, arrays, quant)
-        runs = [_pack(device, packer, arrays, quant) for _ in range(repeat)]
+        _pack(device, packer, arrays)
+        runs = [_pack(device, packer, arrays) for _ in range(repeat)]
         return statistics.median(packed / max(gpu - len(arrays) * dispatch_s, 1e-9) / 1e9 for _, gpu, packed in runs)
 
     pack["linear_4x4"] = pack_gbps("linear_4x4", big)
     host = {name: _host_pack_gbps(name, big, repeat) for name in ("linear_4x4", "transposed")}
-    for fmt, kind in (("q4_0", gguf.GGMLQuantizationType.Q4_0), ("q4_1", gguf.GGMLQuantizationType.Q4_1),
-                      ("q8_0", gguf.GGMLQuantizationType.Q8_0)):
-        if get_packer(fmt).shader is None:  # copied as it is (q4_1): the identity rates
-            continue
-        blocks = [quantize(a[: rows // 8], kind) for a in big]
-        pack[fmt] = pack_gbps(fmt, blocks, fmt)
-        host[fmt] = _host_pack_gbps(fmt, blocks, repeat)
     pack["default"] = pack["linear_4x4"]
     pack["identity"] = copy
     host["default"] = host["linear_4x4"]

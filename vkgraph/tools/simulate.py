@@ -91,7 +91,7 @@ class Profile:
 
     def host_pack_bandwidth(self, packer: str, fresh: bool = True) -> float:
         """The CPU writing a weight straight into device memory: a copy for packers without a
-        shader (identity, q4_1), into ``fresh`` pages or ones the process holds; the packer's
+        shader (identity, GGML blocks), into ``fresh`` pages or ones the process holds; the packer's
         host form (measured into fresh pages) for the rest."""
         if get_packer(packer).shader is None:
             return (self.fresh_copy_gbps if fresh else self.copy_gbps) * GB
