@@ -51,7 +51,7 @@ def cmd_bench_load(args: argparse.Namespace) -> int:
             if k != "packer_gpu_s":
                 print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
         if args.profile:
-            print(f"\nGPU time per packer (a timestamp after every prepack node): {r.report.gpu_s * 1e3:.1f} ms "
+            print(f"\nGPU time per packer (a timestamp after every prepack node with GPU work): {r.report.gpu_s * 1e3:.1f} ms "
                   f"in {r.report.submits} command buffers\n")
             print(r.report.format_packers())
     return 0 if r.output_ok else 1

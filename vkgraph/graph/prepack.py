@@ -20,12 +20,14 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..cache.packed_cache import PackedWeightCache, fatal_import_error, imports_file_pages, refused_file_pages
 from ..errors import DeviceLostError, FenceTimeoutError, OutOfDeviceMemoryError, VkGraphError, VulkanError
 from ..runtime import (
     CommandBuffer,
     CommandPool,
     DescriptorPool,
     Fence,
+    ImportedBuffer,
     Stage,
     TimestampQueryPool,
     host_clock_offset_ns,
@@ -37,7 +39,6 @@ from .staging import StagingRing
 from .values import Tensor, TensorRef
 
 if TYPE_CHECKING:
-    from ..cache.packed_cache import PackedWeightCache
     from .compute_graph import ComputeGraph
 
 ProgressFn = Callable[[int, int], None]  # (nodes done, nodes total)
@@ -81,8 +82,11 @@ class PrepackRun:
             if dispatches:
                 types = Counter(t for n in dispatches for t in packer_bindings(n.packer))
                 self.dpool = DescriptorPool(dev, len(dispatches), types)
-            if dev.physical.timestamps_supported and count:  # each batch's start and end, then one per node
-                self.queries = TimestampQueryPool(dev, 2 * count + len(nodes))
+            # a timestamp slot after each node that records GPU work (a direct write records none)
+            gpu_nodes = [i for i, n in enumerate(nodes) if not n.direct]
+            self.slot = {i: 2 * count + k for k, i in enumerate(gpu_nodes)}
+            if dev.physical.timestamps_supported and count:  # each batch's start and end, then the nodes'
+                self.queries = TimestampQueryPool(dev, 2 * count + len(gpu_nodes))
         except BaseException:
             self.close()
             raise
@@ -100,18 +104,19 @@ class PrepackRun:
         (cmd,) = self.pool.allocate()
         cmd.begin(one_time=True)
         batch = self.plan.batches[b]  # a range of node indices
+        slots = [self.slot[i] for i in batch if i in self.slot]  # consecutive
         if self.queries:
             cmd.reset_query_pool(self.queries, 2 * b, 2)
-            if len(batch):  # the slots of its nodes' timestamps
-                cmd.reset_query_pool(self.queries, 2 * len(self.plan.batches) + batch[0], len(batch))
+            if slots:
+                cmd.reset_query_pool(self.queries, slots[0], len(slots))
             cmd.write_timestamp(self.queries, 2 * b, Stage.TOP_OF_PIPE)
         dispatches = 0
         for i in batch:
             node = self.nodes[i]
             src = g.values[node.src]
             dispatches += node.encode(g, cmd, region, self.dpool)
-            if self.queries:
-                cmd.write_timestamp(self.queries, 2 * len(self.plan.batches) + i, Stage.BOTTOM_OF_PIPE)
+            if self.queries and i in self.slot:
+                cmd.write_timestamp(self.queries, self.slot[i], Stage.BOTTOM_OF_PIPE)
             self.read_done(src)
             if self.record_paths:
                 self.report.tensor_paths[src.name] = "packed"
@@ -170,8 +175,8 @@ class PrepackRun:
             per: dict[str, list] = {}
             for b, batch in enumerate(self.plan.batches):
                 prev = ts[2 * b]
-                for i in batch:
-                    t = ts[2 * len(self.plan.batches) + i]
+                for i in (i for i in batch if i in self.slot):
+                    t = ts[self.slot[i]]
                     acc = per.setdefault(self.nodes[i].packer.name, [0.0, 0])
                     acc[0] += max(0, t - prev) / 1e9
                     acc[1] += 1
@@ -329,8 +334,6 @@ class Prepacker:
         g = self.graph
         path = g.config.cache.packed_weights_path
         if path and self.cache is None:
-            from ..cache.packed_cache import PackedWeightCache
-
             self.cache = PackedWeightCache(g, Path(path))
         in_place = self._import_in_place()
         hits = self.cache.lookup(skip=in_place) if self.cache else {}
@@ -358,9 +361,6 @@ class Prepacker:
         constants once (two zeroed KV caches share one region), and tensors written in place must
         not share memory. Returns their node indices; an import the device refuses leaves its
         node to the other paths."""
-        from ..cache.packed_cache import fatal_import_error, imports_file_pages, refused_file_pages
-        from ..runtime.memory import ImportedBuffer
-
         g = self.graph
         done: set[int] = set()
         imported: set[tuple[str, int]] = set()  # (file, offset) of the pages already lent

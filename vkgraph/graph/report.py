@@ -55,8 +55,9 @@ class LoadReport:
     tensor_paths: dict[str, str] = field(default_factory=dict)  # packed | copy | zero-copy (cache) | in-place
     spans: list[CommandBufferSpan] = field(default_factory=list)
     waits: list[tuple[float, float]] = field(default_factory=list)  # CPU blocked on fences
-    #: {packer: [GPU seconds, nodes]} from a timestamp after every node (its upload and packing;
-    #: where a device overlaps nodes, each is charged until its own end), largest first
+    #: {packer: [GPU seconds, nodes]} from a timestamp after every node that records GPU work (its
+    #: upload and packing; where a device overlaps nodes, each is charged until its own end),
+    #: largest first; direct writes record none
     packer_gpu_s: dict[str, list] = field(default_factory=dict)
 
     @property
