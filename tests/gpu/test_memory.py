@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from vkgraph.errors import OutOfDeviceMemoryError
-from vkgraph.runtime import Buffer, CommandPool, Fence, MemoryKind, live_objects
+from vkgraph.runtime import Buffer, CommandPool, Fence, MemoryKind, OneShot, allocate_block, live_objects
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int8, np.uint16, np.float64])
@@ -86,4 +86,51 @@ def test_out_of_device_memory_names_the_buffer_and_leaks_nothing(device, nbytes)
     assert "huge.weight" in str(err.value) and str(nbytes) in str(err.value)
     assert err.value.call in ("vkCreateBuffer", "vkAllocateMemory")
     assert err.value.result == "VK_ERROR_OUT_OF_DEVICE_MEMORY"
+    assert live_objects() == before and device.allocated_nbytes == allocated
+
+
+def test_memory_block_holds_buffers_at_aligned_offsets(device):
+    """One allocation, the buffers at non-overlapping aligned offsets in it, each reading back
+    its own bytes (through copies on a device whose memory the host cannot see); the block is
+    counted once and destroys its buffers with it."""
+    sizes = [(1000, "a"), (4, "b"), (65537, "c"), (3 << 20, "d")]
+    rng = np.random.default_rng(21)
+    data = [rng.integers(0, 256, n, dtype=np.uint8) for n, _ in sizes]
+    before, allocated = live_objects(), device.allocated_nbytes
+    block, bufs = allocate_block(device, sizes)
+    try:
+        assert device.allocated_nbytes == allocated + block.nbytes
+        assert len({b.memory for b in bufs}) == 1 and [b.name for b in bufs] == ["a", "b", "c", "d"]
+        ends = [0] + [b.offset + b.nbytes for b in bufs]
+        assert all(b.offset >= end for b, end in zip(bufs, ends)) and ends[-1] <= block.nbytes
+        for b, d in zip(bufs, data):
+            with Buffer(device, d.nbytes, MemoryKind.UPLOAD) as up, OneShot(device) as cmd:
+                up.write(d)
+                cmd.copy_buffer(up, b, d.nbytes)
+        for b, d in zip(bufs, data):
+            with Buffer(device, d.nbytes, MemoryKind.READBACK) as down:
+                with OneShot(device) as cmd:
+                    cmd.copy_buffer(b, down, d.nbytes)
+                    cmd.host_read_barrier()
+                np.testing.assert_array_equal(down.read(), d)
+                if b.host_visible:
+                    np.testing.assert_array_equal(b.read(), d)
+        bufs[1].destroy()
+        assert block.in_use and device.allocated_nbytes == allocated + block.nbytes
+    finally:
+        block.destroy()
+    assert not any(b.alive for b in bufs)
+    assert live_objects() == before and device.allocated_nbytes == allocated
+
+
+def test_memory_block_budget_names_the_buffer_that_does_not_fit(device):
+    before, allocated = live_objects(), device.allocated_nbytes
+    device.max_memory_nbytes = allocated + (3 << 20)
+    try:
+        with pytest.raises(OutOfDeviceMemoryError, match=r"buffer 'w2' of 2097152 bytes does not fit: \d+ bytes are "
+                                                         r"allocated and \d+ more are placed before it in its memory "
+                                                         r"block, the budget"):
+            allocate_block(device, [(1 << 20, "w0"), (1 << 20, "w1"), (2 << 20, "w2"), (4, "w3")])
+    finally:
+        device.max_memory_nbytes = 0
     assert live_objects() == before and device.allocated_nbytes == allocated

@@ -1,7 +1,9 @@
 """Device memory of a graph's tensors: allocated when a tensor needs it, freed with the graph.
 
-Weights get memory just before their packing dispatch (or from the packed-weight cache),
-intermediates and the host staging of inputs and outputs when execute is encoded.
+Weights get memory when their prepack batch is encoded (or from the packed-weight cache): a
+batch's buffers share memory blocks of at most BLOCK_NBYTES (one vkAllocateMemory for many
+tensors); intermediates and the host staging of inputs and outputs get theirs when execute is
+encoded.
 """
 
 from __future__ import annotations
@@ -10,17 +12,46 @@ from typing import Iterable
 
 import numpy as np
 
-from ..runtime import Buffer, Device, Image3D, MemoryKind, OneShot
+from ..runtime import Buffer, Device, Image3D, MemoryBlock, MemoryKind, OneShot, allocate_block
 from .values import Tensor
+
+#: the most bytes of one memory block of weights; a larger weight gets an allocation of its own
+BLOCK_NBYTES = 256 << 20
 
 
 class TensorMemory:
-    """Owns every buffer and image it gives a graph's tensors."""
+    """Owns every buffer, image and memory block it gives a graph's tensors."""
 
     def __init__(self, device: Device, timeout_s: float):
         self.device = device
         self.timeout_s = timeout_s
-        self._resources: list[Buffer | Image3D] = []
+        self._resources: list[Buffer | Image3D | MemoryBlock] = []
+
+    def allocate_blocks(self, tensors: Iterable[Tensor]) -> None:
+        """Buffers for the buffer tensors among ``tensors`` that have no memory yet, in order, in
+        as few memory blocks of at most BLOCK_NBYTES as that takes."""
+        group: list[Tensor] = []
+        nbytes = 0
+        for t in tensors:
+            if t.storage != "buffer" or t.resource is not None:
+                continue
+            if t.nbytes > BLOCK_NBYTES:
+                self.allocate(t)
+                continue
+            if nbytes + t.nbytes > BLOCK_NBYTES:
+                self._block(group)
+                group, nbytes = [], 0
+            group.append(t)
+            nbytes += t.nbytes
+        self._block(group)
+
+    def _block(self, tensors: list[Tensor]) -> None:
+        if not tensors:
+            return
+        block, buffers = allocate_block(self.device, [(t.nbytes, t.name) for t in tensors])
+        self._resources.append(block)
+        for t, buf in zip(tensors, buffers):
+            t.buffer = buf
 
     def allocate(self, tensor: Tensor) -> Buffer | Image3D:
         """Device memory for ``tensor``: a buffer, or an image for texture storage."""
@@ -76,11 +107,15 @@ class TensorMemory:
             return rb.read(np.uint8, tensor.nbytes)
 
     def free(self, tensors: Iterable[Tensor]) -> None:
-        """Free the memory of ``tensors`` (a failed load's packed weights)."""
+        """Free the memory of ``tensors`` (a failed load's packed weights), and the blocks none
+        of whose buffers is left."""
         for t in tensors:
             if t.resource is not None:
                 t.resource.destroy()
                 t.buffer = t.image = None
+        for r in self._resources:
+            if isinstance(r, MemoryBlock) and not r.in_use:
+                r.destroy()
         self._resources = [r for r in self._resources if r.alive]
 
     def destroy(self, tensors: Iterable[Tensor]) -> None:

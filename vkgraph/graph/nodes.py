@@ -65,7 +65,7 @@ class PrepackNode:
         The caller releases the source (after its last reader)."""
         src: TensorRef = graph.values[self.src]
         dst: Tensor = graph.values[self.dst]
-        resource = graph.memory.allocate(dst)
+        resource = dst.resource or graph.memory.allocate(dst)  # its batch's memory block, where it has one
         data = src.source.read()
         dispatches = 0
         if self.direct:

@@ -101,9 +101,10 @@ class PrepackRun:
         g = self.graph
         region = self.ring.reserve(self.plan.batch_nbytes[b]) if self.ring and self.plan.batch_nbytes[b] else None
         cpu0 = time.perf_counter()
+        batch = self.plan.batches[b]  # a range of node indices
+        g.memory.allocate_blocks(g.values[self.nodes[i].dst] for i in batch)
         (cmd,) = self.pool.allocate()
         cmd.begin(one_time=True)
-        batch = self.plan.batches[b]  # a range of node indices
         slots = [self.slot[i] for i in batch if i in self.slot]  # consecutive
         if self.queries:
             cmd.reset_query_pool(self.queries, 2 * b, 2)

@@ -6,7 +6,17 @@ from .device import Device, select_physical_device
 from .handle import VkObject, collected_objects, live_objects
 from .image import Image3D, storage_image_supported
 from .instance import DebugMessage, Instance, PhysicalDevice, debug_messages, loader_version, reported_messages
-from .memory import Buffer, BufferUsage, ImportedBuffer, MemoryKind, TexelView, select_memory_type
+from .memory import (
+    BlockBuffer,
+    Buffer,
+    BufferUsage,
+    ImportedBuffer,
+    MemoryBlock,
+    MemoryKind,
+    TexelView,
+    allocate_block,
+    select_memory_type,
+)
 from .pipeline import ComputePipeline, PipelineCache, PipelineLayout, ShaderModule
 from .query import TimestampQueryPool, host_clock_offset_ns
 from .submit import OneShot, submit_and_wait
@@ -14,6 +24,7 @@ from .sync import DEFAULT_TIMEOUT_S, Fence, Semaphore
 
 __all__ = [
     "Access",
+    "BlockBuffer",
     "Buffer",
     "BufferUsage",
     "CommandBuffer",
@@ -31,6 +42,7 @@ __all__ = [
     "Image3D",
     "ImportedBuffer",
     "Instance",
+    "MemoryBlock",
     "MemoryKind",
     "OneShot",
     "PhysicalDevice",
@@ -42,6 +54,7 @@ __all__ = [
     "Stage",
     "TimestampQueryPool",
     "VkObject",
+    "allocate_block",
     "collected_objects",
     "debug_messages",
     "host_clock_offset_ns",

@@ -241,13 +241,15 @@ class Device(VkObject):
 
     # --- memory accounting -------------------------------------------------------------------
 
-    def reserve_memory(self, nbytes: int, what: str) -> None:
-        """Refuse an allocation of ``nbytes`` that would exceed :attr:`max_memory_nbytes`."""
+    def reserve_memory(self, nbytes: int, what: str, pending: int = 0) -> None:
+        """Refuse an allocation of ``nbytes`` that would exceed :attr:`max_memory_nbytes`, with
+        ``pending`` bytes placed before it in the same allocation (a memory block's buffers)."""
         budget = self.max_memory_nbytes
-        if budget and self.allocated_nbytes + nbytes > budget:
+        if budget and self.allocated_nbytes + pending + nbytes > budget:
+            before = f" and {pending} more are placed before it in its memory block" if pending else ""
             exc = OutOfDeviceMemoryError(
                 "vkAllocateMemory", "VK_ERROR_OUT_OF_DEVICE_MEMORY",
-                f"{what} does not fit: {self.allocated_nbytes} bytes are allocated, the budget "
+                f"{what} does not fit: {self.allocated_nbytes} bytes are allocated{before}, the budget "
                 f"(device.max_memory_nbytes) is {budget}, the allocation needs {nbytes}",
             )
             exc.budget = True

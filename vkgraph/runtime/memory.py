@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import enum
+import mmap
+import sys
 from typing import Any
 
 import numpy as np
@@ -19,6 +22,9 @@ from .instance import (
     MemoryType,
     PhysicalDevice,
 )
+
+
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
 class BufferUsage(enum.IntFlag):
@@ -84,6 +90,48 @@ def _mapped_view(mapping: Any, nbytes: int) -> np.ndarray:
     return np.frombuffer(mapping, dtype=np.uint8, count=nbytes)
 
 
+def _create_buffer(device: Device, nbytes: int, usage: int, what: str) -> tuple[Any, Any]:
+    """A VkBuffer without memory and its VkMemoryRequirements."""
+    dev = device.handle
+    info = vk.VkBufferCreateInfo(size=nbytes, usage=int(usage), sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
+    handle = call(vk.vkCreateBuffer, dev, info, None, detail=what)
+    try:
+        return handle, call(vk.vkGetBufferMemoryRequirements, dev, handle)
+    except BaseException:
+        vk.vkDestroyBuffer(dev, handle, None)
+        raise
+
+
+def _allocate(device: Device, nbytes: int, type_bits: int, kind: MemoryKind, what: str) -> tuple[Any, MemoryType, Any]:
+    """(VkDeviceMemory, its type, its mapping or None) for ``nbytes`` of ``kind``: mapped whole
+    when host-visible."""
+    dev = device.handle
+    mtype = select_memory_type(device.physical, type_bits, kind)
+    heap = device.physical.memory_heaps[mtype.heap]
+    if nbytes > heap.size:  # VUID-vkAllocateMemory-pAllocateInfo-01713
+        raise OutOfDeviceMemoryError(
+            "vkAllocateMemory", "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            f"{what} is larger than memory heap {heap.index} ({heap.size} bytes)",
+        )
+    alloc = vk.VkMemoryAllocateInfo(allocationSize=nbytes, memoryTypeIndex=mtype.index)
+    memory = call(vk.vkAllocateMemory, dev, alloc, None, detail=what)
+    try:
+        # The binding cannot pass VK_WHOLE_SIZE: map the allocation's explicit size.
+        mapping = call(vk.vkMapMemory, dev, memory, 0, nbytes, 0) if mtype.flags & MEMORY_HOST_VISIBLE else None
+    except BaseException:
+        vk.vkFreeMemory(dev, memory, None)
+        raise
+    if mapping is not None and device.is_cpu:  # the process's heap: see advise_huge_pages
+        advise_huge_pages(mapping)
+    return memory, mtype, mapping
+
+
+def _free(dev: Any, memory: Any, mapped: bool) -> None:
+    if mapped:
+        vk.vkUnmapMemory(dev, memory)
+    vk.vkFreeMemory(dev, memory, None)
+
+
 class Buffer(VkObject):
     """A VkBuffer bound to its own VkDeviceMemory allocation, persistently mapped when the
     memory is host-visible.
@@ -110,32 +158,20 @@ class Buffer(VkObject):
         self.name = name
 
         dev = device.handle
-        info = vk.VkBufferCreateInfo(size=nbytes, usage=int(usage), sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
-        handle = call(vk.vkCreateBuffer, dev, info, None, detail=what)
+        handle, req = _create_buffer(device, nbytes, usage, what)
         try:
-            req = call(vk.vkGetBufferMemoryRequirements, dev, handle)
-            mtype = select_memory_type(device.physical, req.memoryTypeBits, kind)
-            heap = device.physical.memory_heaps[mtype.heap]
-            if req.size > heap.size:  # VUID-vkAllocateMemory-pAllocateInfo-01713
-                raise OutOfDeviceMemoryError(
-                    "vkAllocateMemory", "VK_ERROR_OUT_OF_DEVICE_MEMORY",
-                    f"{what} is larger than memory heap {heap.index} ({heap.size} bytes)",
-                )
             device.reserve_memory(req.size, what)
-            alloc = vk.VkMemoryAllocateInfo(allocationSize=req.size, memoryTypeIndex=mtype.index)
-            memory = call(vk.vkAllocateMemory, dev, alloc, None, detail=what)
+            memory, mtype, self._mapping = _allocate(device, req.size, req.memoryTypeBits, kind, what)
         except BaseException:
             vk.vkDestroyBuffer(dev, handle, None)
             raise
         alloc_nbytes = req.size
+        self.host_visible = self._mapping is not None
         try:
             call(vk.vkBindBufferMemory, dev, handle, memory, 0)
-            self.host_visible = bool(mtype.flags & MEMORY_HOST_VISIBLE)
-            # The binding cannot pass VK_WHOLE_SIZE: map the allocation's explicit size.
-            self._mapping = call(vk.vkMapMemory, dev, memory, 0, alloc_nbytes, 0) if self.host_visible else None
         except BaseException:
             vk.vkDestroyBuffer(dev, handle, None)
-            vk.vkFreeMemory(dev, memory, None)
+            _free(dev, memory, self.host_visible)
             raise
         self.handle = handle
         self.memory = memory
@@ -146,10 +182,8 @@ class Buffer(VkObject):
 
         def release(dev=dev, handle=handle, memory=memory, mapped=mapped, nbytes=alloc_nbytes) -> None:
             device.account_memory(-nbytes)
-            if mapped:
-                vk.vkUnmapMemory(dev, memory)
             vk.vkDestroyBuffer(dev, handle, None)
-            vk.vkFreeMemory(dev, memory, None)
+            _free(dev, memory, mapped)
 
         # `device` in the closure is the Python Device: it only carries the byte counters and
         # keeps no handle alive past its own destroy().
@@ -189,6 +223,119 @@ class Buffer(VkObject):
     def __repr__(self) -> str:
         label = f" {self.name!r}" if self.name else ""
         return f"<Buffer{label} {self.nbytes} B {self.kind.value}{'' if self.alive else ' destroyed'}>"
+
+
+class MemoryBlock(VkObject):
+    """One VkDeviceMemory allocation that several buffers are bound into (:func:`allocate_block`),
+    mapped once when host-visible: many tensors, one vkAllocateMemory (ET-VK suballocates with
+    VMA). Its buffers are its children: destroying it destroys them first."""
+
+    def __init__(self, device: Device, nbytes: int, type_bits: int, kind: MemoryKind, what: str):
+        self.device, self.nbytes, self.kind = device, nbytes, kind
+        dev = device.handle
+        self.memory, self.memory_type, self._mapping = _allocate(device, nbytes, type_bits, kind, what)
+        self.host_visible = mapped = self._mapping is not None
+        self.buffers: list[BlockBuffer] = []
+        device.account_memory(nbytes)
+
+        def release(dev=dev, memory=self.memory, mapped=mapped, nbytes=nbytes) -> None:
+            device.account_memory(-nbytes)
+            _free(dev, memory, mapped)
+
+        self._own(device, release)
+
+    @property
+    def in_use(self) -> bool:
+        """Whether any of its buffers is alive."""
+        return any(b.alive for b in self.buffers)
+
+    def destroy(self) -> None:
+        self._mapping = None
+        super().destroy()
+
+
+class BlockBuffer(Buffer):
+    """A buffer bound at ``offset`` in a :class:`MemoryBlock`, which owns the memory and its
+    mapping; destroying the buffer leaves the block's memory to the block."""
+
+    def __init__(self, block: MemoryBlock, handle: Any, offset: int, nbytes: int, name: str):
+        self.device, self.nbytes, self.kind, self.name = block.device, nbytes, block.kind, name
+        dev = block.device.handle
+        try:
+            call(vk.vkBindBufferMemory, dev, handle, block.memory, offset, detail=f"buffer {name!r}")
+        except BaseException:
+            vk.vkDestroyBuffer(dev, handle, None)
+            raise
+        self.handle, self.memory, self.memory_type, self.offset = handle, block.memory, block.memory_type, offset
+        self.alloc_nbytes = 0  # the block's
+        self.host_visible = block.host_visible
+        self._mapping = memoryview(block._mapping)[offset:offset + nbytes] if block.host_visible else None
+        block.buffers.append(self)
+
+        def release(dev=dev, handle=handle) -> None:
+            vk.vkDestroyBuffer(dev, handle, None)
+
+        self._own(block, release)
+
+
+def allocate_block(device: Device, sizes: list[tuple[int, str]], kind: MemoryKind = MemoryKind.DEVICE,
+                   usage: int = DEFAULT_USAGE) -> tuple[MemoryBlock, list[BlockBuffer]]:
+    """Buffers of ``sizes`` ((bytes, name) each) in one new memory block, in order. The budget
+    (``Device.reserve_memory``) is checked buffer by buffer, so a refusal names the buffer that
+    does not fit."""
+    dev = device.handle
+    handles: list[Any] = []
+    try:
+        offsets, end, type_bits = [], 0, ~0
+        for nbytes, name in sizes:
+            what = f"buffer {name!r} of {nbytes} bytes"
+            if nbytes <= 0:
+                raise ValueError(f"{what}: the size must be positive")
+            handle, req = _create_buffer(device, nbytes, usage, what)
+            handles.append(handle)
+            offset = -(-end // req.alignment) * req.alignment
+            device.reserve_memory(req.size, what, pending=offset)
+            offsets.append(offset)
+            end, type_bits = offset + req.size, type_bits & req.memoryTypeBits
+        block = MemoryBlock(device, end, type_bits, kind, f"memory block of {len(sizes)} buffers, {end} bytes")
+    except BaseException:
+        for handle in handles:
+            vk.vkDestroyBuffer(dev, handle, None)
+        raise
+    buffers: list[BlockBuffer] = []
+    try:
+        for i, (handle, offset, (nbytes, name)) in enumerate(zip(handles, offsets, sizes)):
+            buffers.append(BlockBuffer(block, handle, offset, nbytes, name))
+    except BaseException:
+        for handle in handles[i + 1:]:
+            vk.vkDestroyBuffer(dev, handle, None)
+        block.destroy()
+        raise
+    return block, buffers
+
+
+_HUGE_PAGE = 2 << 20
+
+
+def advise_huge_pages(mapping: Any) -> None:
+    """Ask Linux to back the whole 2 MiB pages inside ``mapping`` with transparent huge pages.
+    For the mapped device memory of a CPU renderer (lavapipe, SwiftShader), which is the
+    process's heap, not yet touched: first touches then fault and zero 2 MiB at a time instead of
+    4 KiB (numpy advises its large arrays the same way), and a weight's pages take fewer TLB
+    entries. Best effort: elsewhere, or refused, nothing changes."""
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is None or _libc is None:
+        return
+    from ._vk import ffi
+
+    pointer = ffi.from_buffer(mapping)
+    try:
+        address, nbytes = int(ffi.cast("uintptr_t", pointer)), len(mapping)
+    finally:
+        ffi.release(pointer)
+    start, end = -(-address // _HUGE_PAGE) * _HUGE_PAGE, (address + nbytes) // _HUGE_PAGE * _HUGE_PAGE
+    if end > start:
+        _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), advice)
 
 
 #: texel formats of uniform texel buffers (both mandatory for that use): bytes per texel
