@@ -1,12 +1,13 @@
 #version 450
 // y[m][n0 + n] = x[m][:] . W[n][:] for the N rows of W bound here (a window starting at row n0
-// of a larger weight; ldy is y's row length), W the file's GGML blocks (quant_blocks.h). Each invocation computes ROWS consecutive rows for TOKENS consecutive m (1
-// and 1 on GPUs; more on CPU renderers, where a weight block decoded once serves TOKENS tokens
+// of a larger weight; ldy is y's row length), W the file's GGML blocks (quant_blocks.h). Each
+// invocation computes ROWS consecutive rows for TOKENS consecutive m (1 and 1 on GPUs; more on CPU renderers, where a weight block decoded once serves TOKENS tokens
 // and the x values loaded once serve ROWS rows), dequantizing four weights per 32-bit word.
 // TEXEL reads W, X_TEXEL x, as a uniform texel buffer: lavapipe runs a storage-buffer load inside
 // a loop as a loop over its SIMD lanes, a texel fetch as one gather. RESIDUAL adds res (shaped as
 // y) to y.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "quant_blocks.h"
 #ifndef ROWS
 #define ROWS 1
@@ -138,23 +139,25 @@ void main() {
             for (uint r = 0u; r < ROWS; ++r) {
                 uint blk = min(first + r, N - 1u) * nb + b;
                 uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
-                uint head = WORD(base), prev = head;
                 float sq[TOKENS];  // per token: the block's quants . x
                 for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0;
-                for (uint i = 0u; i < WORDS; ++i) {
-                    uint next = WORD(base + 1u + i);
-                    uint word = QUANT_WORD(prev, next, s);
-                    prev = next;
 #if QTYPE == 2
-                    vec4 q = bytes4(word);
+                // unrolled: lavapipe left this loop rolled once the quant words were spliced, and
+                // kept xv in memory (3x slower)
+                [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+                    vec4 q = bytes4(QUANT_WORD(WORD(base + i), WORD(base + i + 1u), s));
                     q -= 256.0 * vec4(greaterThanEqual(q, vec4(128.0)));
                     for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + i]);
+                }
 #else
+                for (uint i = 0u; i < 4u; ++i) {
+                    uint word = QUANT_WORD(WORD(base + i), WORD(base + i + 1u), s);
                     vec4 lo = bytes4(word & 0x0F0F0F0Fu);
                     vec4 hi = bytes4((word >> 4u) & 0x0F0F0F0Fu);
                     for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(lo, xv[t * 8u + i]) + dot(hi, xv[t * 8u + i + 4u]);
-#endif
                 }
+#endif
+                uint head = WORD(base);
                 float d = BLOCK_D(head, s);
 #if QTYPE == 1
                 float mn = BLOCK_M(head);

@@ -17,9 +17,15 @@
 #define BLOCK_BYTES 34u
 #define WORDS 8u
 #endif
-// A block's first word and where in it the block starts (0 or 16 bits).
-#define BLOCK_WORD(i) ((i) * BLOCK_BYTES / 4u)
-#define BLOCK_SHIFT(i) (((i) * BLOCK_BYTES & 2u) * 8u)
+// A block's first word and where in it the block starts (0 or 16 bits). Written without a
+// division: lavapipe's linears ran 30% slower on ((i) * BLOCK_BYTES / 4u).
+#if QTYPE == 1
+#define BLOCK_WORD(i) ((i) * 5u)
+#define BLOCK_SHIFT(i) 0u
+#else
+#define BLOCK_WORD(i) ((i) * (BLOCK_BYTES / 4u) + ((i) >> 1u))
+#define BLOCK_SHIFT(i) (((i) & 1u) * 16u)
+#endif
 #if QTYPE == 1
 #define BLOCK_D(head, s) unpackHalf2x16(head).x
 #define BLOCK_M(head) unpackHalf2x16(head).y
