@@ -1,8 +1,9 @@
 #version 450
 // y[m][n0 + n] = x[m][:] . W[n][:] for the N rows of W bound here (a window starting at row n0
 // of a larger weight; ldy is y's row length), W the file's GGML blocks (quant_blocks.h). Each
-// invocation computes ROWS consecutive rows for TOKENS consecutive m (1 and 1 on GPUs; more on CPU renderers, where a weight block decoded once serves TOKENS tokens
-// and the x values loaded once serve ROWS rows), dequantizing four weights per 32-bit word.
+// invocation computes ROWS consecutive rows for TOKENS consecutive m (1 and 1 on GPUs; more on
+// CPU renderers, where a weight block decoded once serves TOKENS tokens and the x values loaded
+// once serve ROWS rows), dequantizing four weights per 32-bit word.
 // TEXEL reads W, X_TEXEL x, as a uniform texel buffer: lavapipe runs a storage-buffer load inside
 // a loop as a loop over its SIMD lanes, a texel fetch as one gather. RESIDUAL adds res (shaped as
 // y) to y.
