@@ -147,11 +147,26 @@ def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
     cpu = dataclasses.replace(PROFILE, cpu_renderer=True, host_pack_gbps={"linear_4x4": 2.0}, source_read_gbps=0.0)
     host = simulate(nodes, cfg, cpu, "staged")
     assert host.packing_dispatches == 1 and sum(b.staging_nbytes for b in host.batches) == 64
-    assert host.cpu_encode_s == pytest.approx(6 * cpu.encode_node_s + 5 * 4096 / 2e9 + 64 / (cpu.fresh_copy_gbps * 1e9)
+    assert host.cpu_encode_s == pytest.approx(5 * cpu.direct_node_s + cpu.encode_node_s + 5 * 4096 / 2e9
+                                              + 64 / (cpu.fresh_copy_gbps * 1e9)
                                               + host.submits * cpu.submit_s, rel=1e-6)
     for p, c in ((dataclasses.replace(cpu, cpu_renderer=False), cfg), (cpu, GraphConfig())):  # a GPU; the default
         shaders = simulate(nodes, c, p, "staged")
         assert shaders.packing_dispatches == 6 and sum(b.staging_nbytes for b in shaders.batches) == 5 * 4096 + 64
+
+
+def test_direct_writes_cost_their_own_per_node_encode():
+    """A node the CPU writes straight into device memory costs ``encode_direct_us`` besides its
+    bytes (no staging, no recording), the others ``encode_node_us``; a profile without the key
+    prices both alike."""
+    nodes = nodes_of([4096] * 4, packer="identity") + nodes_of([4096] * 2)
+    prof = dataclasses.replace(PROFILE, host_visible_device_local=True, source_read_gbps=0.0, encode_direct_s=None)
+    split = dataclasses.replace(prof, encode_direct_s=prof.encode_node_s / 4)
+    same, cheap = (simulate(nodes, GraphConfig(), p, "legacy") for p in (prof, split))
+    assert same.cpu_encode_s - cheap.cpu_encode_s == pytest.approx(4 * 0.75 * prof.encode_node_s, rel=1e-6)
+    text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
+    assert load_profile("lavapipe").encode_direct_s == pytest.approx(
+        float(text.split("encode_direct_us = ")[1].split()[0]) * 1e-6)
 
 
 def test_first_load_adds_the_gpus_first_touch_of_device_memory():
@@ -179,17 +194,17 @@ def test_bad_fresh_device_rate(tmp_path):
         load_profile(p)
 
 
-def test_weights_copied_straight_into_device_memory_touch_fresh_pages_only_on_a_first_load():
-    """Identity and Q4_1 weights (packers without a shader) are written by the CPU into
-    host-visible device memory: at the copy rate into pages the process holds, at the
-    first-touch rate on a first load."""
+def test_weights_copied_straight_into_device_memory_touch_fresh_pages_in_every_load():
+    """Identity and GGML-block weights (packers without a shader) are written by the CPU into
+    host-visible device memory at the first-touch rate, settled loads too (each load's weights
+    get new memory blocks), plus ``encode_direct_us`` each."""
     nodes = nodes_of([1 << 20] * 2, packer="identity") + nodes_of([1 << 20], packer="q4_1")
     p = dataclasses.replace(PROFILE, host_visible_device_local=True, source_read_gbps=0.0)
     settled = simulate(nodes, GraphConfig(), p, "legacy")
     first = simulate(nodes, GraphConfig(), p, "legacy", first_load=True)
     assert settled.packing_dispatches == first.packing_dispatches == 0
-    assert first.cpu_encode_s - settled.cpu_encode_s == pytest.approx(
-        3 * (1 << 20) * (1 / (p.fresh_copy_gbps * 1e9) - 1 / (p.copy_gbps * 1e9)))
+    assert first.cpu_encode_s == settled.cpu_encode_s == pytest.approx(
+        3 * ((1 << 20) / (p.fresh_copy_gbps * 1e9) + p.direct_node_s) + p.submit_s)
 
 
 def test_output_into_a_closed_pipe_stops_quietly():

@@ -15,8 +15,10 @@ import numpy as np
 from ..runtime import Buffer, Device, Image3D, MemoryBlock, MemoryKind, OneShot, allocate_block
 from .values import Tensor
 
-#: the most bytes of one memory block of weights; a larger weight gets an allocation of its own
-BLOCK_NBYTES = 256 << 20
+#: the most bytes of one memory block of weights; a larger weight gets an allocation of its own.
+#: Under glibc's largest mmap threshold (32 MiB): on CPU renderers, whose device memory is the
+#: process's heap, a later load can then get the pages an earlier one freed
+BLOCK_NBYTES = 16 << 20
 
 
 class TensorMemory:

@@ -75,6 +75,35 @@ def _source_read_gbps(nbytes: int) -> float:
         return nbytes / extra / 1e9 if extra > 1e-3 else 0.0
 
 
+def _direct_node_s(dev: Device, copy_gbps: float, repeat: int, count: int = 100, nbytes: int = 256 << 10) -> float | None:
+    """CPU seconds per weight the CPU writes straight into device memory, besides its bytes:
+    staged loads of ``count`` identity weights of ``nbytes`` read from a file mapping (released
+    after, as a load releases them), after a warm-up load, the bytes at ``copy_gbps`` (the rate
+    into fresh pages, which the simulator prices them at) taken off.
+    None where device memory is not host-visible (no weight is written that way)."""
+    import mmap
+    import tempfile
+
+    if not dev.host_visible_device_local:
+        return None
+    with tempfile.TemporaryFile() as f:
+        f.write(np.random.default_rng(3).integers(0, 255, count * nbytes, dtype=np.uint8).tobytes())
+        f.flush()
+
+        def once() -> float:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            with ComputeGraph(GraphConfig(), device=dev) as g:
+                for i in range(count):
+                    src = ArraySource(np.frombuffer(mm, np.uint8, nbytes, i * nbytes), mapping=mm, offset=i * nbytes)
+                    g.prepack_tensor(g.add_tensorref(src, f"w{i}", shape=(nbytes // 4,), dtype=np.float32))
+                g.prepare()
+                return g.run_prepack().cpu_encode_s
+
+        once()
+        encode = statistics.median(once() for _ in range(repeat))
+    return max((encode - count * nbytes / (copy_gbps * 1e9)) / count, 1e-6)
+
+
 def _time_copy(dst: np.ndarray, src: np.ndarray) -> float:
     t0 = time.perf_counter()
     np.copyto(dst, src)
@@ -320,6 +349,7 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     tiny = [np.ones((4, 4), np.float32) for _ in range(200)]
     enc, gpu_tiny, _ = min((_pack(device, "linear_4x4", tiny) for _ in range(repeat)), key=lambda t: t[0])
     encode_node_s = max(enc / len(tiny), 1e-6)
+    encode_direct_s = _direct_node_s(device, fresh, repeat)
     dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
     rng = np.random.default_rng(1)
     rows = size_mb * 64  # [rows, 4096] fp32 = size_mb MiB, packed as 4 tensors
@@ -347,9 +377,10 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
                       source=f"vkgraph simulate --calibrate on {p.name} ({p.driver}), {datetime.date.today()}",
                       source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate, cpu_renderer=device.is_cpu,
                       host_pack_gbps=host, fresh_device_gbps=fresh_device, renderer=device.renderer,
-                      max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute)
+                      max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute,
+                      encode_direct_s=encode_direct_s)
     raw = {"fresh_device_gbps": fresh_device, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
-           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "dispatch_s": dispatch_s, "pack_gbps": pack,
+           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "dispatch_s": dispatch_s, "pack_gbps": pack,
            "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
 
@@ -372,7 +403,7 @@ max_texel_buffer_elements = {p.max_texel_buffer_elements}
 copy_gbps = {p.copy_gbps:.4g}          # into already-touched memory
 fresh_copy_gbps = {p.fresh_copy_gbps:.4g}    # into freshly allocated pages
 source_read_gbps = {p.source_read_gbps:.4g}   # first read of weights through a file mapping
-encode_node_us = {p.encode_node_s * 1e6:.4g}
+encode_node_us = {p.encode_node_s * 1e6:.4g}{_direct_toml(p)}
 submit_us = {p.submit_s * 1e6:.4g}
 
 [cpu.host_pack_gbps]  # the CPU packing into fresh pages (prepack.host_packing = "cpu-renderer")
@@ -390,6 +421,12 @@ fresh_device_gbps = {p.fresh_device_gbps:.4g}  # first touch of device memory ne
 cpu_rate = {p.cpu_rate:.3g}
 gpu_rate = {p.gpu_rate:.3g}
 {_execute_toml(p.execute)}"""
+
+
+def _direct_toml(p: Profile) -> str:
+    if p.encode_direct_s is None:
+        return ""
+    return f"\nencode_direct_us = {p.encode_direct_s * 1e6:.4g}   # a weight written straight into device memory"
 
 
 def _execute_toml(e: ExecuteRates | None) -> str:

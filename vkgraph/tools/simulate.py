@@ -85,16 +85,24 @@ class Profile:
     #: the run model's rates (``[execute]``, tools/simulate_run.py); None: the profile has none
     execute: ExecuteRates | None = None
     path: str = ""
+    #: CPU cost per node the CPU writes straight into device memory, besides its bytes (no
+    #: staging, no recording); None: encode_node_s
+    encode_direct_s: float | None = None
+
+    @property
+    def direct_node_s(self) -> float:
+        return self.encode_node_s if self.encode_direct_s is None else self.encode_direct_s
 
     def pack_bandwidth(self, packer: str) -> float:
         return self.pack_gbps.get(packer, self.pack_gbps["default"]) * GB
 
-    def host_pack_bandwidth(self, packer: str, fresh: bool = True) -> float:
+    def host_pack_bandwidth(self, packer: str) -> float:
         """The CPU writing a weight straight into device memory: a copy for packers without a
-        shader (identity, GGML blocks), into ``fresh`` pages or ones the process holds; the packer's
-        host form (measured into fresh pages) for the rest."""
+        shader (identity, GGML blocks), the packer's host form for the rest; both into fresh pages,
+        settled loads too: a load's weights get new memory blocks (graph/allocation.py), which
+        the host's allocator hands out as pages it maps anew."""
         if get_packer(packer).shader is None:
-            return (self.fresh_copy_gbps if fresh else self.copy_gbps) * GB
+            return self.fresh_copy_gbps * GB
         return self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps)) * GB
 
 
@@ -129,6 +137,7 @@ def load_profile(path: str | Path) -> Profile:
             renderer=str(dev.get("renderer", "")),
             max_texel_buffer_elements=int(dev.get("max_texel_buffer_elements", 65536)),
             execute=parse_execute(str(p), d.get("execute", {})), path=str(p),
+            encode_direct_s=float(cpu["encode_direct_us"]) * 1e-6 if "encode_direct_us" in cpu else None,
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
@@ -141,6 +150,8 @@ def load_profile(path: str | Path) -> Profile:
             raise ConfigError(str(p), key, f"must be > 0, got {v}")
     if prof.fresh_device_gbps < 0:
         raise ConfigError(str(p), "gpu.fresh_device_gbps", f"must be >= 0 (0: free), got {prof.fresh_device_gbps}")
+    if prof.encode_direct_s is not None and prof.encode_direct_s < 0:
+        raise ConfigError(str(p), "cpu.encode_direct_us", f"must be >= 0, got {prof.encode_direct_s * 1e6}")
     for key, v in (("contention.cpu_rate", prof.cpu_rate), ("contention.gpu_rate", prof.gpu_rate)):
         if not 0 < v <= 1:
             raise ConfigError(str(p), key, f"must be in (0, 1], got {v}")
@@ -258,12 +269,12 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
         c = g = 0.0
         for i in rng:
             n = nodes[i]
-            c += profile.encode_node_s
             if profile.source_read_gbps > 0:  # weights come from file mappings: page faults on first read
                 c += n.src_nbytes / (profile.source_read_gbps * GB)
-            if direct(n):  # a copy into pages the process holds, or (a first load) fresh ones; a host form
-                c += n.src_nbytes / profile.host_pack_bandwidth(n.packer, first_load)
+            if direct(n):  # a copy or a host form, into fresh pages
+                c += profile.direct_node_s + n.src_nbytes / profile.host_pack_bandwidth(n.packer)
                 continue
+            c += profile.encode_node_s
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
             c += fresh / (profile.fresh_copy_gbps * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
