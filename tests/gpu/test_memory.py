@@ -89,15 +89,16 @@ def test_out_of_device_memory_names_the_buffer_and_leaks_nothing(device, nbytes)
     assert live_objects() == before and device.allocated_nbytes == allocated
 
 
-def test_memory_block_holds_buffers_at_aligned_offsets(device):
+@pytest.mark.parametrize("huge_pages", [False, True])
+def test_memory_block_holds_buffers_at_aligned_offsets(device, huge_pages):
     """One allocation, the buffers at non-overlapping aligned offsets in it, each reading back
     its own bytes (through copies on a device whose memory the host cannot see); the block is
-    counted once and destroys its buffers with it."""
+    counted once and destroys its buffers with it. Advised as huge pages or not, alike."""
     sizes = [(1000, "a"), (4, "b"), (65537, "c"), (3 << 20, "d")]
     rng = np.random.default_rng(21)
     data = [rng.integers(0, 256, n, dtype=np.uint8) for n, _ in sizes]
     before, allocated = live_objects(), device.allocated_nbytes
-    block, bufs = allocate_block(device, sizes)
+    block, bufs = allocate_block(device, sizes, huge_pages=huge_pages)
     try:
         assert device.allocated_nbytes == allocated + block.nbytes
         assert len({b.memory for b in bufs}) == 1 and [b.name for b in bufs] == ["a", "b", "c", "d"]

@@ -196,15 +196,16 @@ def test_bad_fresh_device_rate(tmp_path):
 
 def test_weights_copied_straight_into_device_memory_touch_fresh_pages_in_every_load():
     """Identity and GGML-block weights (packers without a shader) are written by the CPU into
-    host-visible device memory at the first-touch rate, settled loads too (each load's weights
-    get new memory blocks), plus ``encode_direct_us`` each."""
+    host-visible device memory at the rate into a fresh memory block (``direct_copy_gbps``),
+    settled loads too (each load's weights get new memory blocks), plus ``encode_direct_us`` each."""
     nodes = nodes_of([1 << 20] * 2, packer="identity") + nodes_of([1 << 20], packer="q4_1")
     p = dataclasses.replace(PROFILE, host_visible_device_local=True, source_read_gbps=0.0)
     settled = simulate(nodes, GraphConfig(), p, "legacy")
     first = simulate(nodes, GraphConfig(), p, "legacy", first_load=True)
     assert settled.packing_dispatches == first.packing_dispatches == 0
     assert first.cpu_encode_s == settled.cpu_encode_s == pytest.approx(
-        3 * ((1 << 20) / (p.fresh_copy_gbps * 1e9) + p.direct_node_s) + p.submit_s)
+        3 * ((1 << 20) / p.host_pack_bandwidth("identity") + p.direct_node_s) + p.submit_s)
+    assert p.host_pack_bandwidth("q4_1") == (p.direct_copy_gbps or p.fresh_copy_gbps) * 1e9
 
 
 def test_output_into_a_closed_pipe_stops_quietly():

@@ -121,8 +121,6 @@ def _allocate(device: Device, nbytes: int, type_bits: int, kind: MemoryKind, wha
     except BaseException:
         vk.vkFreeMemory(dev, memory, None)
         raise
-    if mapping is not None and device.is_cpu:  # the process's heap: see advise_huge_pages
-        advise_huge_pages(mapping)
     return memory, mtype, mapping
 
 
@@ -228,13 +226,17 @@ class Buffer(VkObject):
 class MemoryBlock(VkObject):
     """One VkDeviceMemory allocation that several buffers are bound into (:func:`allocate_block`),
     mapped once when host-visible: many tensors, one vkAllocateMemory (ET-VK suballocates with
-    VMA). Its buffers are its children: destroying it destroys them first."""
+    VMA). Its buffers are its children: destroying it destroys them first. With ``huge_pages``,
+    on a CPU renderer, its pages are advised as transparent huge pages (:func:`advise_huge_pages`)."""
 
-    def __init__(self, device: Device, nbytes: int, type_bits: int, kind: MemoryKind, what: str):
+    def __init__(self, device: Device, nbytes: int, type_bits: int, kind: MemoryKind, what: str,
+                 huge_pages: bool = False):
         self.device, self.nbytes, self.kind = device, nbytes, kind
         dev = device.handle
         self.memory, self.memory_type, self._mapping = _allocate(device, nbytes, type_bits, kind, what)
         self.host_visible = mapped = self._mapping is not None
+        if huge_pages and mapped and device.is_cpu:
+            advise_huge_pages(self._mapping)
         self.buffers: list[BlockBuffer] = []
         device.account_memory(nbytes)
 
@@ -279,10 +281,10 @@ class BlockBuffer(Buffer):
 
 
 def allocate_block(device: Device, sizes: list[tuple[int, str]], kind: MemoryKind = MemoryKind.DEVICE,
-                   usage: int = DEFAULT_USAGE) -> tuple[MemoryBlock, list[BlockBuffer]]:
-    """Buffers of ``sizes`` ((bytes, name) each) in one new memory block, in order. The budget
-    (``Device.reserve_memory``) is checked buffer by buffer, so a refusal names the buffer that
-    does not fit."""
+                   usage: int = DEFAULT_USAGE, huge_pages: bool = False) -> tuple[MemoryBlock, list[BlockBuffer]]:
+    """Buffers of ``sizes`` ((bytes, name) each) in one new memory block, in order (``huge_pages``:
+    see :class:`MemoryBlock`). The budget (``Device.reserve_memory``) is checked buffer by
+    buffer, so a refusal names the buffer that does not fit."""
     dev = device.handle
     handles: list[Any] = []
     try:
@@ -297,7 +299,8 @@ def allocate_block(device: Device, sizes: list[tuple[int, str]], kind: MemoryKin
             device.reserve_memory(req.size, what, pending=offset)
             offsets.append(offset)
             end, type_bits = offset + req.size, type_bits & req.memoryTypeBits
-        block = MemoryBlock(device, end, type_bits, kind, f"memory block of {len(sizes)} buffers, {end} bytes")
+        block = MemoryBlock(device, end, type_bits, kind, f"memory block of {len(sizes)} buffers, {end} bytes",
+                            huge_pages)
     except BaseException:
         for handle in handles:
             vk.vkDestroyBuffer(dev, handle, None)
@@ -321,8 +324,8 @@ def advise_huge_pages(mapping: Any) -> None:
     """Ask Linux to back the whole 2 MiB pages inside ``mapping`` with transparent huge pages.
     For the mapped device memory of a CPU renderer (lavapipe, SwiftShader), which is the
     process's heap, not yet touched: first touches then fault and zero 2 MiB at a time instead of
-    4 KiB (numpy advises its large arrays the same way), and a weight's pages take fewer TLB
-    entries. Best effort: elsewhere, or refused, nothing changes."""
+    4 KiB (numpy advises its large arrays the same way). Best effort: elsewhere, or refused,
+    nothing changes."""
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if advice is None or _libc is None:
         return

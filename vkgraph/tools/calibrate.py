@@ -15,7 +15,7 @@ from ..config import GraphConfig
 from ..graph.compute_graph import ComputeGraph
 from ..graph.packers import get_packer
 from ..graph.values import ArraySource, TensorRef
-from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind
+from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind, allocate_block
 from .simulate import Profile, load_profile, model_nodes, simulate
 from .simulate_run import ExecuteRates, linear_terms
 
@@ -42,6 +42,21 @@ def _copy_gbps(dev: Device, nbytes: int, fresh: bool) -> float:
         return nbytes / _median(once) / 1e9
     finally:
         keep.destroy()
+
+
+def _block_copy_gbps(dev: Device, nbytes: int) -> float:
+    """The CPU copying into a new memory block of the kind the weights it writes get (advised as
+    huge pages on CPU renderers: graph/allocation.py)."""
+    src = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        block, (b,) = allocate_block(dev, [(nbytes, "fresh")], MemoryKind.UPLOAD, huge_pages=True)
+        with block:
+            b.write(src)
+            return time.perf_counter() - t0
+
+    return nbytes / _median(once) / 1e9
 
 
 def _source_read_gbps(nbytes: int) -> float:
@@ -349,7 +364,8 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     tiny = [np.ones((4, 4), np.float32) for _ in range(200)]
     enc, gpu_tiny, _ = min((_pack(device, "linear_4x4", tiny) for _ in range(repeat)), key=lambda t: t[0])
     encode_node_s = max(enc / len(tiny), 1e-6)
-    encode_direct_s = _direct_node_s(device, fresh, repeat)
+    direct_copy = _block_copy_gbps(device, nbytes) if device.host_visible_device_local else None
+    encode_direct_s = _direct_node_s(device, direct_copy or fresh, repeat)
     dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
     rng = np.random.default_rng(1)
     rows = size_mb * 64  # [rows, 4096] fp32 = size_mb MiB, packed as 4 tensors
@@ -378,9 +394,9 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
                       source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate, cpu_renderer=device.is_cpu,
                       host_pack_gbps=host, fresh_device_gbps=fresh_device, renderer=device.renderer,
                       max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute,
-                      encode_direct_s=encode_direct_s)
+                      encode_direct_s=encode_direct_s, direct_copy_gbps=direct_copy)
     raw = {"fresh_device_gbps": fresh_device, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
-           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "dispatch_s": dispatch_s, "pack_gbps": pack,
+           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "direct_copy_gbps": direct_copy, "dispatch_s": dispatch_s, "pack_gbps": pack,
            "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
 
@@ -424,9 +440,12 @@ gpu_rate = {p.gpu_rate:.3g}
 
 
 def _direct_toml(p: Profile) -> str:
-    if p.encode_direct_s is None:
-        return ""
-    return f"\nencode_direct_us = {p.encode_direct_s * 1e6:.4g}   # a weight written straight into device memory"
+    out = ""
+    if p.encode_direct_s is not None:
+        out += f"\nencode_direct_us = {p.encode_direct_s * 1e6:.4g}   # a weight written straight into device memory"
+    if p.direct_copy_gbps is not None:
+        out += f"\ndirect_copy_gbps = {p.direct_copy_gbps:.4g}   # into a fresh memory block of such weights"
+    return out
 
 
 def _execute_toml(e: ExecuteRates | None) -> str:

@@ -88,6 +88,9 @@ class Profile:
     #: CPU cost per node the CPU writes straight into device memory, besides its bytes (no
     #: staging, no recording); None: encode_node_s
     encode_direct_s: float | None = None
+    #: the CPU copying into a fresh memory block of the kind the weights it writes get (huge
+    #: pages on CPU renderers); None: fresh_copy_gbps
+    direct_copy_gbps: float | None = None
 
     @property
     def direct_node_s(self) -> float:
@@ -102,7 +105,7 @@ class Profile:
         settled loads too: a load's weights get new memory blocks (graph/allocation.py), which
         the host's allocator hands out as pages it maps anew."""
         if get_packer(packer).shader is None:
-            return self.fresh_copy_gbps * GB
+            return (self.direct_copy_gbps or self.fresh_copy_gbps) * GB
         return self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps)) * GB
 
 
@@ -138,12 +141,14 @@ def load_profile(path: str | Path) -> Profile:
             max_texel_buffer_elements=int(dev.get("max_texel_buffer_elements", 65536)),
             execute=parse_execute(str(p), d.get("execute", {})), path=str(p),
             encode_direct_s=float(cpu["encode_direct_us"]) * 1e-6 if "encode_direct_us" in cpu else None,
+            direct_copy_gbps=float(cpu["direct_copy_gbps"]) if "direct_copy_gbps" in cpu else None,
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(p), "(values)", str(exc)) from None
     for key, v in (("cpu.copy_gbps", prof.copy_gbps), ("cpu.fresh_copy_gbps", prof.fresh_copy_gbps),
+                   *((("cpu.direct_copy_gbps", prof.direct_copy_gbps),) if prof.direct_copy_gbps is not None else ()),
                    *((f"gpu.pack_gbps.{k}", v) for k, v in pack.items()),
                    *((f"cpu.host_pack_gbps.{k}", v) for k, v in prof.host_pack_gbps.items())):
         if v <= 0:
