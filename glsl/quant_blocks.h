@@ -5,17 +5,14 @@
 //   Q8_0: f16 d, 32 int8                       w = d * q             34 bytes
 // Nibbles: byte j holds weight j (low) and weight j + 16 (high).
 // Q4_1's blocks are word-aligned. Q4_0's and Q8_0's start on a word (BLOCK_SHIFT 0) or half way
-// into one (BLOCK_SHIFT 16); either way WORDS + 1 words from BLOCK_WORD hold the whole block:
+// into one (BLOCK_SHIFT 16); either way 5 (Q4_0) or 9 (Q8_0) words from BLOCK_WORD hold the block:
 // BLOCK_D reads d from the first, QUANT_WORD splices quant word j from words j and j + 1.
 #if QTYPE == 0
 #define BLOCK_BYTES 18u
-#define WORDS 4u
 #elif QTYPE == 1
 #define BLOCK_BYTES 20u
-#define WORDS 4u
 #else
 #define BLOCK_BYTES 34u
-#define WORDS 8u
 #endif
 // A block's first word and where in it the block starts (0 or 16 bits). Written without a
 // division: lavapipe's linears ran 30% slower on ((i) * BLOCK_BYTES / 4u).

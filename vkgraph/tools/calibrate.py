@@ -24,39 +24,32 @@ def _median(f, repeat: int = 3) -> float:
     return statistics.median(f() for _ in range(repeat))
 
 
-def _copy_gbps(dev: Device, nbytes: int, fresh: bool) -> float:
+def _copy_gbps(dev: Device, nbytes: int, into: str) -> float:
+    """The CPU copying ``nbytes`` into host-visible memory: ``"held"``, a buffer it wrote before;
+    ``"fresh"``, a new buffer (staging's first touch); ``"block"``, a new memory block of the kind
+    the weights it writes get (advised as huge pages on CPU renderers: graph/allocation.py)."""
     src = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
     keep = Buffer(dev, nbytes, MemoryKind.UPLOAD)
     keep.write(src)
 
     def once() -> float:
         t0 = time.perf_counter()
-        if fresh:
+        if into == "held":
+            keep.write(src)
+            return time.perf_counter() - t0
+        if into == "fresh":
             with Buffer(dev, nbytes, MemoryKind.UPLOAD) as b:
                 b.write(src)
                 return time.perf_counter() - t0
-        keep.write(src)
-        return time.perf_counter() - t0
-
-    try:
-        return nbytes / _median(once) / 1e9
-    finally:
-        keep.destroy()
-
-
-def _block_copy_gbps(dev: Device, nbytes: int) -> float:
-    """The CPU copying into a new memory block of the kind the weights it writes get (advised as
-    huge pages on CPU renderers: graph/allocation.py)."""
-    src = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
-
-    def once() -> float:
-        t0 = time.perf_counter()
         block, (b,) = allocate_block(dev, [(nbytes, "fresh")], MemoryKind.UPLOAD, huge_pages=True)
         with block:
             b.write(src)
             return time.perf_counter() - t0
 
-    return nbytes / _median(once) / 1e9
+    try:
+        return nbytes / _median(once) / 1e9
+    finally:
+        keep.destroy()
 
 
 def _source_read_gbps(nbytes: int) -> float:
@@ -357,14 +350,14 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     where device memory is the process's heap, packing into pages never touched before is about
     twice as slow, and only the first load of a process does that for all its weights)."""
     nbytes = size_mb << 20
-    copy = _copy_gbps(device, nbytes, fresh=False)
-    fresh = _copy_gbps(device, nbytes, fresh=True)
+    copy = _copy_gbps(device, nbytes, "held")
+    fresh = _copy_gbps(device, nbytes, "fresh")
     source_read = _source_read_gbps(nbytes)
     submit_s, fence_s = _round_trip(device)
     tiny = [np.ones((4, 4), np.float32) for _ in range(200)]
     enc, gpu_tiny, _ = min((_pack(device, "linear_4x4", tiny) for _ in range(repeat)), key=lambda t: t[0])
     encode_node_s = max(enc / len(tiny), 1e-6)
-    direct_copy = _block_copy_gbps(device, nbytes) if device.host_visible_device_local else None
+    direct_copy = _copy_gbps(device, nbytes, "block") if device.host_visible_device_local else None
     encode_direct_s = _direct_node_s(device, direct_copy or fresh, repeat)
     dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
     rng = np.random.default_rng(1)
