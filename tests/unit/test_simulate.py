@@ -3,6 +3,7 @@ import dataclasses
 import pytest
 
 from vkgraph.config import GraphConfig
+from vkgraph.graph.allocation import BLOCK_NBYTES
 from vkgraph.errors import ConfigError
 from vkgraph.tools.simulate import SimNode, load_profile, model_nodes, simulate
 
@@ -194,18 +195,23 @@ def test_bad_fresh_device_rate(tmp_path):
         load_profile(p)
 
 
-def test_weights_copied_straight_into_device_memory_touch_fresh_pages_in_every_load():
+def test_weights_copied_straight_into_device_memory_touch_fresh_pages_on_first_loads():
     """Identity and GGML-block weights (packers without a shader) are written by the CPU into
-    host-visible device memory at the rate into a fresh memory block (``direct_copy_gbps``),
-    settled loads too (each load's weights get new memory blocks), plus ``encode_direct_us`` each."""
-    nodes = nodes_of([1 << 20] * 2, packer="identity") + nodes_of([1 << 20], packer="q4_1")
-    p = dataclasses.replace(PROFILE, host_visible_device_local=True, source_read_gbps=0.0)
-    settled = simulate(nodes, GraphConfig(), p, "legacy")
-    first = simulate(nodes, GraphConfig(), p, "legacy", first_load=True)
-    assert settled.packing_dispatches == first.packing_dispatches == 0
-    assert first.cpu_encode_s == settled.cpu_encode_s == pytest.approx(
-        3 * ((1 << 20) / p.host_pack_bandwidth("identity") + p.direct_node_s) + p.submit_s)
-    assert p.host_pack_bandwidth("q4_1") == (p.direct_copy_gbps or p.fresh_copy_gbps) * 1e9
+    host-visible device memory, ``encode_direct_us`` each plus their bytes: on a process's first
+    load at the rate into a fresh memory block (``direct_copy_gbps``), on later loads at the rate
+    calibrated for them (``settled_direct_gbps``), except a weight larger than a shared block: its
+    own block is mapped anew by every load."""
+    small = nodes_of([1 << 20] * 2, packer="identity") + nodes_of([1 << 20], packer="q4_1")
+    big = nodes_of([BLOCK_NBYTES + 4], packer="identity")
+    p = dataclasses.replace(PROFILE, host_visible_device_local=True, source_read_gbps=0.0,
+                            direct_copy_gbps=4.0, settled_direct_gbps=10.0, encode_direct_s=20e-6)
+    for nodes, settled_gbps in ((small, 10.0), (big, 4.0)):
+        nbytes = sum(n.src_nbytes for n in nodes)
+        settled = simulate(nodes, GraphConfig(), p, "legacy")
+        first = simulate(nodes, GraphConfig(), p, "legacy", first_load=True)
+        assert settled.packing_dispatches == first.packing_dispatches == 0
+        assert first.cpu_encode_s == pytest.approx(len(nodes) * 20e-6 + nbytes / 4e9 + p.submit_s)
+        assert settled.cpu_encode_s == pytest.approx(len(nodes) * 20e-6 + nbytes / (settled_gbps * 1e9) + p.submit_s)
 
 
 def test_output_into_a_closed_pipe_stops_quietly():

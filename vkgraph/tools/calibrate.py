@@ -15,7 +15,8 @@ from ..config import GraphConfig
 from ..graph.compute_graph import ComputeGraph
 from ..graph.packers import get_packer
 from ..graph.values import ArraySource, TensorRef
-from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind, allocate_block
+from ..paths import user_cache_dir
+from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind, allocate_block, reported_messages
 from .simulate import Profile, load_profile, model_nodes, simulate
 from .simulate_run import ExecuteRates, linear_terms
 
@@ -53,8 +54,16 @@ def _copy_gbps(dev: Device, nbytes: int, into: str) -> float:
 
 
 def _source_read_gbps(nbytes: int) -> float:
-    """First read of a file through a fresh mapping (page faults; the file is in the page cache),
-    as loads read weights from safetensors/GGUF files."""
+    """Reading weights through a file mapping, per byte beyond a copy from memory the process
+    holds: the page faults a load pays on every read, since a load releases its weights' pages
+    after packing them (graph.values.ArraySource.release), and that release.
+
+    The file is measured in the state model files are in: dropped from the page cache, then read
+    once through a mapping (the page cache filled by faults, as loads fill it). Pages a process
+    wrote or read with read() come back faster than pages a mapping faulted in (on this VM's
+    kernel 12 GB/s against 5.5 GB/s for MiniLM's and SmolLM2's files), so timing the temporary
+    file right after writing it measured reads as free. The file lives in the user cache
+    directory: a disk, where model files are (a tmpfs has no page cache to drop)."""
     import mmap
     import os
     import tempfile
@@ -62,54 +71,64 @@ def _source_read_gbps(nbytes: int) -> float:
     data = np.random.default_rng(2).integers(0, 255, nbytes, dtype=np.uint8)
     dst = np.empty_like(data)
     dst[:] = data  # touched destination: what is timed is reading the mapping
-    with tempfile.NamedTemporaryFile() as f:
+    user_cache_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=user_cache_dir()) as f:
         f.write(data.tobytes())
         f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
         def once() -> float:
-            with open(f.name, "rb") as fh:
-                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                try:
-                    t0 = time.perf_counter()
-                    np.copyto(dst, np.frombuffer(mm, np.uint8))
-                    t = time.perf_counter() - t0
-                    t_copy = _time_copy(dst, data)
-                    return t - t_copy
-                finally:
-                    del mm
-        os.sync()
-        extra = _median(once, 5)
-        # 0 means "free": the mapping read no slower than plain memory (within timer noise)
-        return nbytes / extra / 1e9 if extra > 1e-3 else 0.0
+            t0 = time.perf_counter()
+            np.copyto(dst, np.frombuffer(mm, np.uint8))
+            mm.madvise(mmap.MADV_DONTNEED)  # as a load releases its weights' pages
+            t = time.perf_counter() - t0
+            return t - _time_copy(dst, data)
+
+        try:
+            once()  # from the disk into the page cache, through the mapping
+            extra = _median(once, 5)
+        finally:
+            mm.close()
+    # 0 means "free": the mapping read no slower than plain memory (within timer noise)
+    return nbytes / extra / 1e9 if extra > 1e-3 else 0.0
 
 
-def _direct_node_s(dev: Device, copy_gbps: float, repeat: int, count: int = 100, nbytes: int = 256 << 10) -> float | None:
-    """CPU seconds per weight the CPU writes straight into device memory, besides its bytes:
-    staged loads of ``count`` identity weights of ``nbytes`` read from a file mapping (released
-    after, as a load releases them), after a warm-up load, the bytes at ``copy_gbps`` (the rate
-    into fresh pages, which the simulator prices them at) taken off.
-    None where device memory is not host-visible (no weight is written that way)."""
+def _direct_writes(dev: Device, repeat: int, nbytes: int = 96 << 20,
+                   counts: tuple[int, int] = (24, 384)) -> tuple[float, float] | None:
+    """(CPU seconds per weight, GB/s of its bytes) for weights the CPU writes straight into
+    device memory in a process's later loads: the same ``nbytes`` (several memory blocks) read
+    from a file mapping (released after, as a load releases them) as ``counts`` identity weights
+    in staged loads, after a warm-up load. Per weight (its buffer, binding, recording): the
+    difference in time over the difference in weights; the bytes: what the fewer weights' loads
+    took besides that. None where device memory is not host-visible (no weight is written that
+    way)."""
     import mmap
     import tempfile
 
     if not dev.host_visible_device_local:
         return None
     with tempfile.TemporaryFile() as f:
-        f.write(np.random.default_rng(3).integers(0, 255, count * nbytes, dtype=np.uint8).tobytes())
+        f.write(np.random.default_rng(3).integers(0, 255, nbytes, dtype=np.uint8).tobytes())
         f.flush()
 
-        def once() -> float:
+        def once(count: int) -> float:
+            size = nbytes // count // 4 * 4
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             with ComputeGraph(GraphConfig(), device=dev) as g:
                 for i in range(count):
-                    src = ArraySource(np.frombuffer(mm, np.uint8, nbytes, i * nbytes), mapping=mm, offset=i * nbytes)
-                    g.prepack_tensor(g.add_tensorref(src, f"w{i}", shape=(nbytes // 4,), dtype=np.float32))
+                    src = ArraySource(np.frombuffer(mm, np.uint8, size, i * size), mapping=mm, offset=i * size)
+                    g.prepack_tensor(g.add_tensorref(src, f"w{i}", shape=(size // 4,), dtype=np.float32))
                 g.prepare()
                 return g.run_prepack().cpu_encode_s
 
-        once()
-        encode = statistics.median(once() for _ in range(repeat))
-    return max((encode - count * nbytes / (copy_gbps * 1e9)) / count, 1e-6)
+        few, many = counts
+        once(many)
+        once(few)
+        t_few, t_many = (statistics.median(once(c) for _ in range(repeat)) for c in counts)
+    node_s = max((t_many - t_few) / (many - few), 1e-6)
+    return node_s, nbytes / max(t_few - few * node_s, 1e-9) / 1e9
 
 
 def _time_copy(dst: np.ndarray, src: np.ndarray) -> float:
@@ -280,6 +299,44 @@ def _encoded(dev: Device, packer: str, arrays: list[np.ndarray]) -> tuple[Comput
     return g, sum(g.values[x].nbytes for x in refs), t0
 
 
+def _big_weights(size_mb: int) -> list[np.ndarray]:
+    """``size_mb`` MiB of fp32 weights as 4 tensors of [size_mb * 16, 4096]."""
+    rows = size_mb * 64
+    return np.split(np.random.default_rng(1).standard_normal((rows, 4096), dtype=np.float32), 4)
+
+
+def pack_gbps(packer: str, size_mb: int, repeat: int, dispatch_s: float) -> float:
+    """GPU packing bandwidth of ``packer`` on the device of ``$VKGRAPH_DEVICE``: median of
+    ``repeat`` packings of :func:`_big_weights` after a warm-up one (single GPU timings on a
+    shared machine vary by +-30%), ``dispatch_s`` per dispatch taken off. Run in a fresh process
+    (:func:`_in_fresh_process`): in the calibration's own process, after its other measurements,
+    it measured 2.3 GB/s on lavapipe (0.69 on SwiftShader) against 1.45..1.5 (0.5..0.62) in fresh
+    processes, which is what loads' packing ran at."""
+    arrays = _big_weights(size_mb)
+    with Device() as dev:
+        _pack(dev, packer, arrays)
+        runs = [_pack(dev, packer, arrays) for _ in range(repeat)]
+    return statistics.median(packed / max(gpu - len(arrays) * dispatch_s, 1e-9) / 1e9 for _, gpu, packed in runs)
+
+
+def _in_fresh_process(function: str, *args: Any) -> Any:
+    """``function(*args)`` of this module in a fresh Python process (same device: ``$VKGRAPH_DEVICE``);
+    its result through JSON."""
+    import json
+    import subprocess
+    import sys
+
+    code = (f"import json; from vkgraph.tools.calibrate import {function}; "
+            f"print(json.dumps({function}(*json.loads({json.dumps(json.dumps(args))}))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"calibrate: {function}{args} failed in its process: {proc.stderr.strip()[-2000:]}")
+    reported = reported_messages(proc.stderr)
+    if reported:
+        raise RuntimeError(f"calibrate: {function}{args}: Vulkan reported {len(reported)} message(s):\n" + "\n".join(reported[:20]))
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 def _pack(dev: Device, packer: str, arrays: list[np.ndarray]) -> tuple[float, float, int]:
     """(CPU encode s, GPU s, packed bytes) of packing ``arrays`` in one legacy command buffer."""
     g, packed, _ = _encoded(dev, packer, arrays)
@@ -358,21 +415,10 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     enc, gpu_tiny, _ = min((_pack(device, "linear_4x4", tiny) for _ in range(repeat)), key=lambda t: t[0])
     encode_node_s = max(enc / len(tiny), 1e-6)
     direct_copy = _copy_gbps(device, nbytes, "block") if device.host_visible_device_local else None
-    encode_direct_s = _direct_node_s(device, direct_copy or fresh, repeat)
+    encode_direct_s, settled_direct = _direct_writes(device, repeat) or (None, None)
     dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
-    rng = np.random.default_rng(1)
-    rows = size_mb * 64  # [rows, 4096] fp32 = size_mb MiB, packed as 4 tensors
-    big = np.split(rng.standard_normal((rows, 4096), dtype=np.float32), 4)
-    pack = {}
-
-    def pack_gbps(packer: str, arrays: list[np.ndarray]) -> float:
-        """Median of ``repeat`` packings after a warm-up one: single GPU timings on a shared
-        machine vary by +-30%."""
-        _pack(device, packer, arrays)
-        runs = [_pack(device, packer, arrays) for _ in range(repeat)]
-        return statistics.median(packed / max(gpu - len(arrays) * dispatch_s, 1e-9) / 1e9 for _, gpu, packed in runs)
-
-    pack["linear_4x4"] = pack_gbps("linear_4x4", big)
+    big = _big_weights(size_mb)
+    pack = {"linear_4x4": _in_fresh_process("pack_gbps", "linear_4x4", size_mb, repeat, dispatch_s)}
     host = {name: _host_pack_gbps(name, big, repeat) for name in ("linear_4x4", "transposed")}
     pack["default"] = pack["linear_4x4"]
     pack["identity"] = copy
@@ -387,9 +433,10 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
                       source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate, cpu_renderer=device.is_cpu,
                       host_pack_gbps=host, fresh_device_gbps=fresh_device, renderer=device.renderer,
                       max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute,
-                      encode_direct_s=encode_direct_s, direct_copy_gbps=direct_copy)
+                      encode_direct_s=encode_direct_s, direct_copy_gbps=direct_copy,
+                      settled_direct_gbps=settled_direct)
     raw = {"fresh_device_gbps": fresh_device, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
-           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "direct_copy_gbps": direct_copy, "dispatch_s": dispatch_s, "pack_gbps": pack,
+           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "direct_copy_gbps": direct_copy, "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "pack_gbps": pack,
            "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
 
@@ -437,7 +484,9 @@ def _direct_toml(p: Profile) -> str:
     if p.encode_direct_s is not None:
         out += f"\nencode_direct_us = {p.encode_direct_s * 1e6:.4g}   # a weight written straight into device memory"
     if p.direct_copy_gbps is not None:
-        out += f"\ndirect_copy_gbps = {p.direct_copy_gbps:.4g}   # into a fresh memory block of such weights"
+        out += f"\ndirect_copy_gbps = {p.direct_copy_gbps:.4g}   # into a fresh memory block of such weights (first loads)"
+    if p.settled_direct_gbps is not None:
+        out += f"\nsettled_direct_gbps = {p.settled_direct_gbps:.4g}   # their bytes in later loads"
     return out
 
 

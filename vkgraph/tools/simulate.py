@@ -7,9 +7,9 @@ each mode holds), models the staging ring with the same reserve/retire rule as
 :class:`~vkgraph.graph.staging.StagingRing`, and runs the CPU and the GPU queue as two timelines:
 
 - CPU per batch: reserve staging (waiting for the oldest batches' fences when the ring is full),
-  encode each node (a fixed cost plus copying its bytes into staging, or, for weights the CPU
-  packs itself (graph.packers.packs_on_host), writing them straight into fresh device pages at
-  the copy's or the packer's host-form bandwidth), then submit.
+  encode each node (reading its bytes from the file mapping, then a fixed cost plus copying
+  them into staging, or, for weights the CPU packs itself (graph.packers.packs_on_host), writing
+  them straight into device memory: Profile.host_pack_bandwidth), then submit.
 - GPU per batch: starts when submitted and the queue is free; each node costs a dispatch overhead
   plus its packed bytes over the packer kind's bandwidth; on the first load of a process, plus
   the first touch of its device memory where that memory is the process's own (``[gpu]
@@ -31,6 +31,7 @@ from typing import Any
 
 from ..config import GraphConfig
 from ..errors import ConfigError
+from ..graph.allocation import BLOCK_NBYTES
 from ..graph.compute_graph import ComputeGraph
 from ..graph.packers import get_packer, packs_on_host
 from ..graph.scheduler import align_up, plan_prepack, run_prepack_mode
@@ -89,8 +90,11 @@ class Profile:
     #: staging, no recording); None: encode_node_s
     encode_direct_s: float | None = None
     #: the CPU copying into a fresh memory block of the kind the weights it writes get (huge
-    #: pages on CPU renderers); None: fresh_copy_gbps
+    #: pages on CPU renderers): a process's first load; None: fresh_copy_gbps
     direct_copy_gbps: float | None = None
+    #: such weights' bytes in a process's later loads, read from a file mapping and written into
+    #: the blocks the allocator hands out then; None: direct_copy_gbps
+    settled_direct_gbps: float | None = None
 
     @property
     def direct_node_s(self) -> float:
@@ -99,13 +103,19 @@ class Profile:
     def pack_bandwidth(self, packer: str) -> float:
         return self.pack_gbps.get(packer, self.pack_gbps["default"]) * GB
 
-    def host_pack_bandwidth(self, packer: str) -> float:
-        """The CPU writing a weight straight into device memory: a copy for packers without a
-        shader (identity, GGML blocks), the packer's host form for the rest; both into fresh pages,
-        settled loads too: a load's weights get new memory blocks (graph/allocation.py), which
-        the host's allocator hands out as pages it maps anew."""
+    def host_pack_bandwidth(self, packer: str, nbytes: int, first_load: bool) -> float:
+        """The CPU writing a weight of ``nbytes`` straight into device memory: a copy for packers
+        without a shader (identity, GGML blocks), the packer's host form for the rest (into fresh
+        pages). A copy goes into a fresh memory block on a process's first load, and into what
+        the allocator hands out then on later ones (on lavapipe pages the previous load freed),
+        unless the weight is larger than a shared block (graph.allocation.BLOCK_NBYTES): a block
+        of its own is mapped anew by every load. A first load is never priced faster than a later
+        one: on SwiftShader a fresh block took copies faster (8.3 GB/s) than the blocks of later
+        loads (4.2 GB/s), while SmolLM2's first loads there took as long as its later ones."""
         if get_packer(packer).shader is None:
-            return (self.direct_copy_gbps or self.fresh_copy_gbps) * GB
+            fresh = self.direct_copy_gbps or self.fresh_copy_gbps
+            later = self.settled_direct_gbps or fresh
+            return (min(fresh, later) if first_load or nbytes > BLOCK_NBYTES else later) * GB
         return self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps)) * GB
 
 
@@ -142,6 +152,7 @@ def load_profile(path: str | Path) -> Profile:
             execute=parse_execute(str(p), d.get("execute", {})), path=str(p),
             encode_direct_s=float(cpu["encode_direct_us"]) * 1e-6 if "encode_direct_us" in cpu else None,
             direct_copy_gbps=float(cpu["direct_copy_gbps"]) if "direct_copy_gbps" in cpu else None,
+            settled_direct_gbps=float(cpu["settled_direct_gbps"]) if "settled_direct_gbps" in cpu else None,
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
@@ -149,6 +160,7 @@ def load_profile(path: str | Path) -> Profile:
         raise ConfigError(str(p), "(values)", str(exc)) from None
     for key, v in (("cpu.copy_gbps", prof.copy_gbps), ("cpu.fresh_copy_gbps", prof.fresh_copy_gbps),
                    *((("cpu.direct_copy_gbps", prof.direct_copy_gbps),) if prof.direct_copy_gbps is not None else ()),
+                   *((("cpu.settled_direct_gbps", prof.settled_direct_gbps),) if prof.settled_direct_gbps is not None else ()),
                    *((f"gpu.pack_gbps.{k}", v) for k, v in pack.items()),
                    *((f"cpu.host_pack_gbps.{k}", v) for k, v in prof.host_pack_gbps.items())):
         if v <= 0:
@@ -277,7 +289,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             if profile.source_read_gbps > 0:  # weights come from file mappings: page faults on first read
                 c += n.src_nbytes / (profile.source_read_gbps * GB)
             if direct(n):  # a copy or a host form, into fresh pages
-                c += profile.direct_node_s + n.src_nbytes / profile.host_pack_bandwidth(n.packer)
+                c += profile.direct_node_s + n.src_nbytes / profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load)
                 continue
             c += profile.encode_node_s
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
