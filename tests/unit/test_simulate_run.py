@@ -10,7 +10,7 @@ from vkgraph import ops
 from vkgraph.errors import ConfigError
 from vkgraph.graph.compute_graph import ComputeGraph
 from vkgraph.tools.simulate import load_profile
-from vkgraph.tools.simulate_run import ExecuteRates, device_facts, dispatch_seconds, simulate_decode
+from vkgraph.tools.simulate_run import ExecuteRates, device_facts, dispatch_seconds, simulate_decode, waves_factor
 
 PROFILE = load_profile("lavapipe")
 RATES = ExecuteRates(host_s=1e-4, dispatch_s=2e-5, stream_gbps=4.0, weight_gbps={"fp32": 8.0, "q4_0": 2.0},
@@ -35,6 +35,29 @@ def test_a_linear_streams_its_weight_per_tile_and_other_kernels_their_bytes():
     assert dispatch_seconds(g, lin, RATES) == pytest.approx(
         6e-5 + passes * (64 * 1e-7 + wbytes / 2e9) + (32 - passes) * 64 * 256 / 20e9)
     assert dispatch_seconds(g, add, RATES) == pytest.approx(2e-5 + 3 * g.values[z].nbytes / 4e9)
+
+
+def test_a_linear_on_a_cpu_renderer_is_priced_in_whole_waves_of_simd_batches():
+    """Hand-worked: a one-token quantized linear of 576 rows on a 2-thread CPU renderer is 18
+    invocations of LINEAR_ROWS_CPU (32) rows in workgroups of CPU_LOCAL (8): 3 batches, which 2
+    threads run in 2 waves, so it costs 32 invocations' time; 512 rows fill 2 batches, one wave;
+    on a GPU (threads 0) nothing is scaled."""
+    import numpy as np
+
+    profile = dataclasses.replace(PROFILE, execute=RATES)
+    g = ComputeGraph.recording(facts=device_facts(profile))
+    x = g.add_input((1, 256), np.float32, "x")
+    for rows in (576, 512):
+        ops.linear(g, x, g.add_tensorref(np.zeros((rows, 8 * 18), np.uint8), f"w{rows}", quant="q4_0"))
+    n576, n512 = g.execute_nodes
+    assert (ops.LINEAR_ROWS_CPU, ops.CPU_LOCAL) == (32, 8)
+    assert waves_factor(n576, 2) == pytest.approx(32 / 18)
+    assert waves_factor(n512, 2) == 1.0
+    assert waves_factor(n576, 0) == 1.0
+    wbytes = g.values[n576.args[2]].nbytes
+    threaded = dataclasses.replace(RATES, threads=2)
+    assert dispatch_seconds(g, n576, threaded) == pytest.approx(6e-5 + 32 / 18 * (576 * 1e-7 + wbytes / 2e9))
+    assert dispatch_seconds(g, n576, RATES) == pytest.approx(6e-5 + 576 * 1e-7 + wbytes / 2e9)
 
 
 def test_decode_prediction_follows_the_session():

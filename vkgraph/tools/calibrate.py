@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import statistics
 import time
 from typing import Any
@@ -65,7 +66,6 @@ def _source_read_gbps(nbytes: int) -> float:
     file right after writing it measured reads as free. The file lives in the user cache
     directory: a disk, where model files are (a tmpfs has no page cache to drop)."""
     import mmap
-    import os
     import tempfile
 
     data = np.random.default_rng(2).integers(0, 255, nbytes, dtype=np.uint8)
@@ -196,7 +196,7 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
     ``weight_nbytes`` of weights per execute (64 MiB: streamed from memory, as a model's):
     one-token ones of 256 and 1024 rows by 256 and 1024 inputs, fitted (least squares) to a
     dispatch's own cost, a cost per row and one per weight byte (the first two: medians over
-    the formats, then each format's byte rate again with those); then 32-token ones of 1024 x
+    the formats, then each format's byte rate again with those, the median over the shapes); then 32-token ones of 1024 x
     1024, for the multiply-adds of a tile's further tokens."""
     import gguf
     from gguf.quants import quantize
@@ -204,6 +204,7 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
     from .. import ops
 
     tiny = {"x": np.arange(4, dtype=np.float32)}
+    threads = (os.cpu_count() or 1) if dev.is_cpu else 0  # lavapipe's and SwiftShader's: one per CPU
 
     def adds(count: int, big: np.ndarray | None = None):
         def build(g: ComputeGraph) -> None:
@@ -244,7 +245,7 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
 
         t = _execute_seconds(dev, build, {"x": rng.standard_normal((m, k), dtype=np.float32)}, repeat)
         g = box["graph"]
-        terms = [linear_terms(g, x) for x in g.execute_nodes if x.weight_passes]
+        terms = [linear_terms(g, x, threads) for x in g.execute_nodes if x.weight_passes]
         return (t - host_s, len(terms), *(sum(column) for column in zip(*terms)))
 
     shapes = [(512, 512), (2048, 512), (512, 2048), (2048, 2048)]
@@ -254,14 +255,14 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
     linear_s = max(statistics.median(f[0] for f in fits), dispatch_s)
     row_s = max(statistics.median(f[1] for f in fits), 0.0)
     weight_gbps, gmacs = {}, {}
-    for fmt, rs in runs.items():
-        t, d, rows, nbytes, _ = rs[-1]
-        weight_gbps[fmt] = nbytes / max(t - d * linear_s - rows * row_s, 1e-9) / 1e9
+    for fmt, rs in runs.items():  # the median over the shapes: one run on this VM can be 1.7x off
+        weight_gbps[fmt] = statistics.median(nbytes / max(t - d * linear_s - rows * row_s, 1e-9) / 1e9
+                                             for t, d, rows, nbytes, _ in rs)
         t, d, rows, nbytes, macs = linears(fmt, 1024, 1024, 32)
         extra = t - d * linear_s - rows * row_s - nbytes / (weight_gbps[fmt] * 1e9)
         if macs and extra > 0:  # none on GPUs (a token per invocation: passes only)
             gmacs[fmt] = macs / extra / 1e9
-    return ExecuteRates(host_s, dispatch_s, stream, weight_gbps, linear_s, gmacs, row_s)
+    return ExecuteRates(host_s, dispatch_s, stream, weight_gbps, linear_s, gmacs, row_s, threads)
 
 
 def _round_trip(dev: Device) -> tuple[float, float]:
@@ -503,6 +504,7 @@ dispatch_us = {e.dispatch_s * 1e6:.4g}   # each dispatch besides its work
 stream_gbps = {e.stream_gbps:.4g}   # bytes a memory-bound kernel moves
 linear_dispatch_us = {e.linear_dispatch_s * 1e6:.4g}   # each linear's dispatch besides its rows and weight
 linear_row_ns = {e.linear_row_s * 1e9:.4g}   # each weight row a linear's pass computes
+threads = {e.threads}   # a CPU renderer's worker threads (0: a GPU)
 
 [execute.weight_gbps]  # a linear's weight streamed, per format
 {weights}

@@ -12,7 +12,11 @@ dispatches. One execute of an entry point costs:
   per tile of tokens) ``linear_row_ns`` per row and its bytes at ``weight_gbps`` of its format
   (one-token linears of four shapes, fitted), plus the multiply-adds of a tile's further tokens
   at ``gmacs`` (a 32-token one). The row term is lavapipe's: a one-token q4_1 linear of
-  1024 x 1024 took 197 us, one of 1536 x 576 (less bytes) 269 us;
+  1024 x 1024 took 197 us, one of 1536 x 576 (less bytes) 269 us. On a CPU renderer
+  (``threads``: its worker threads) a linear's workgroups run as whole SIMD batches, a batch
+  per thread at a time, so its terms are scaled by the waves of batches it takes against the
+  invocations it has: SmolLM2's 576-row one-token linears are 18 invocations of 32 rows, 3
+  batches of 8, 2 waves on 2 threads: priced as 32 invocations (1.78x), its 192-row ones 2.67x;
 - any other kernel: ``dispatch_us`` plus its bindings' bytes (or ``moved_nbytes``) at
   ``stream_gbps``.
 
@@ -50,6 +54,8 @@ class ExecuteRates:
     linear_dispatch_s: float = 0.0  # one linear's dispatch besides streaming its weight
     gmacs: dict[str, float] = field(default_factory=dict)  # a linear's multiply-adds, per format; none: not modelled
     linear_row_s: float = 0.0  # each weight row a linear's pass computes
+    #: a CPU renderer's worker threads (its workgroups run a SIMD batch per thread at a time); 0: a GPU
+    threads: int = 0
 
 
 def parse_execute(path: str, d: dict) -> ExecuteRates | None:
@@ -58,7 +64,8 @@ def parse_execute(path: str, d: dict) -> ExecuteRates | None:
     try:
         rates = ExecuteRates(float(d["host_us"]) * 1e-6, float(d["dispatch_us"]) * 1e-6, float(d["stream_gbps"]),
                              {k: float(v) for k, v in d["weight_gbps"].items()}, float(d["linear_dispatch_us"]) * 1e-6,
-                             {k: float(v) for k, v in d.get("gmacs", {}).items()}, float(d["linear_row_ns"]) * 1e-9)
+                             {k: float(v) for k, v in d.get("gmacs", {}).items()}, float(d["linear_row_ns"]) * 1e-9,
+                             int(d.get("threads", 0)))
     except KeyError as exc:
         raise ConfigError(path, f"execute.{str(exc).strip(chr(39))}", "missing") from None
     except (TypeError, ValueError, AttributeError) as exc:
@@ -88,12 +95,28 @@ def binding_nbytes(g: ComputeGraph, arg) -> int:
     return arg[2] if isinstance(arg, tuple) else g.values[arg].nbytes
 
 
-def linear_terms(g: ComputeGraph, node: DispatchNode) -> tuple[int, int, int]:
+def waves_factor(node: DispatchNode, threads: int) -> float:
+    """On a CPU renderer of ``threads`` worker threads: the invocations a linear's dispatch
+    costs, in whole waves of SIMD batches (a workgroup each, one per thread at a time), over the
+    invocations it has; 1.0 on a GPU (``threads`` 0)."""
+    if threads <= 0:
+        return 1.0
+    _m, rows, _k = node.linear_shape
+    rows_each = int(node.defines.get("ROWS", 4 * int(node.defines.get("R4", 0))) or 1)  # linear_quant, linear_tiled
+    invocations = -(-rows // rows_each) * node.weight_passes
+    local = int(node.spec.get(0, 1))
+    batches = -(-invocations // local)
+    return -(-batches // threads) * threads * local / invocations
+
+
+def linear_terms(g: ComputeGraph, node: DispatchNode, threads: int = 0) -> tuple[float, float, float]:
     """What a linear's dispatch is priced by: (weight rows and weight bytes streamed over its
-    passes, multiply-adds of its tiles' further tokens). Calibration fits the rates to these."""
+    passes, multiply-adds of its tiles' further tokens), each scaled by its waves_factor on a CPU
+    renderer of ``threads``. Calibration fits the rates to these."""
     m, rows, k = node.linear_shape
-    return (node.weight_passes * rows, node.weight_passes * binding_nbytes(g, node.args[2]),
-            (m - node.weight_passes) * rows * k)
+    f = waves_factor(node, threads)
+    return (f * node.weight_passes * rows, f * node.weight_passes * binding_nbytes(g, node.args[2]),
+            f * (m - node.weight_passes) * rows * k)
 
 
 def dispatch_seconds(g: ComputeGraph, node: DispatchNode, rates: ExecuteRates) -> float:
@@ -102,7 +125,7 @@ def dispatch_seconds(g: ComputeGraph, node: DispatchNode, rates: ExecuteRates) -
         fmt = weight_format(node)
         if fmt not in rates.weight_gbps:
             raise ConfigError("profile", f"execute.weight_gbps.{fmt}", "missing")
-        rows, nbytes, macs = linear_terms(g, node)
+        rows, nbytes, macs = linear_terms(g, node, rates.threads)
         work = rows * rates.linear_row_s + nbytes / (rates.weight_gbps[fmt] * GB)
         if fmt in rates.gmacs:  # the tiles' further tokens
             work += macs / (rates.gmacs[fmt] * 1e9)
