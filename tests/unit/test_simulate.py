@@ -149,11 +149,27 @@ def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
     host = simulate(nodes, cfg, cpu, "staged")
     assert host.packing_dispatches == 1 and sum(b.staging_nbytes for b in host.batches) == 64
     assert host.cpu_encode_s == pytest.approx(5 * cpu.direct_node_s + cpu.encode_node_s + 5 * 4096 / 2e9
-                                              + 64 / (cpu.fresh_copy_gbps * 1e9)
+                                              + 64 / (cpu.staging_touch_gbps("staged") * 1e9)
                                               + host.submits * cpu.submit_s, rel=1e-6)
     for p, c in ((dataclasses.replace(cpu, cpu_renderer=False), cfg), (cpu, GraphConfig())):  # a GPU; the default
         shaders = simulate(nodes, c, p, "staged")
         assert shaders.packing_dispatches == 6 and sum(b.staging_nbytes for b in shaders.batches) == 5 * 4096 + 64
+
+
+def test_a_staging_ring_is_first_touched_as_huge_pages_on_cpu_renderers():
+    """A staging ring (staged, reduce-peak) is advised as huge pages on CPU renderers
+    (graph/prepack.py): its first touch is priced at the rate into a fresh huge-page block;
+    legacy's staging, and staging elsewhere, at the rate into fresh pages."""
+    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, fresh_copy_gbps=2.0, direct_copy_gbps=6.0)
+    assert cpu.staging_touch_gbps("staged") == cpu.staging_touch_gbps("reduce-peak") == 6.0
+    assert cpu.staging_touch_gbps("legacy") == 2.0
+    assert dataclasses.replace(cpu, cpu_renderer=False).staging_touch_gbps("staged") == 2.0
+    assert dataclasses.replace(cpu, direct_copy_gbps=None).staging_touch_gbps("staged") == 2.0
+    nodes = nodes_of([1 << 20])
+    for mode, gbps in (("staged", 6.0), ("legacy", 2.0)):
+        faster = simulate(nodes, GraphConfig(), cpu, mode)
+        slower = simulate(nodes, GraphConfig(), dataclasses.replace(cpu, cpu_renderer=False), mode)
+        assert slower.cpu_encode_s - faster.cpu_encode_s == pytest.approx((1 << 20) * (1 / 2e9 - 1 / (gbps * 1e9)))
 
 
 def test_direct_writes_cost_their_own_per_node_encode():

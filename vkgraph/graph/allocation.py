@@ -35,19 +35,21 @@ class TensorMemory:
         as that takes (a larger tensor: a block of its own). Blocks of tensors the CPU writes are
         advised as huge pages on CPU renderers, the others not: the packing shaders' first touch
         of fresh huge pages made synthetic:512's default loads slower on this VM (0.35..0.41x
-        the copy floor against 0.49..0.53x), while the CPU's made SmolLM2's 2-3x faster."""
-        group: list[Tensor] = []
-        nbytes, huge = 0, False
+        the copy floor against 0.49..0.53x), while the CPU's made SmolLM2's 2-3x faster. The two
+        kinds fill blocks apart, so a batch that alternates them (MiniLM: a bias the CPU writes
+        after each packed weight) still gets a few blocks, not one per tensor."""
+        groups: dict[bool, list[Tensor]] = {False: [], True: []}
+        nbytes = {False: 0, True: 0}
         for t, cpu in tensors:
             if t.storage != "buffer" or t.resource is not None:
                 continue
-            if group and (nbytes + t.nbytes > BLOCK_NBYTES or cpu != huge):
-                self._block(group, huge)
-                group, nbytes = [], 0
-            group.append(t)
-            nbytes += t.nbytes
-            huge = cpu
-        self._block(group, huge)
+            if groups[cpu] and nbytes[cpu] + t.nbytes > BLOCK_NBYTES:
+                self._block(groups[cpu], cpu)
+                groups[cpu], nbytes[cpu] = [], 0
+            groups[cpu].append(t)
+            nbytes[cpu] += t.nbytes
+        for cpu, group in groups.items():
+            self._block(group, cpu)
 
     def _block(self, tensors: list[Tensor], huge_pages: bool) -> None:
         if not tensors:

@@ -58,12 +58,16 @@ STAGING_USAGE = BufferUsage.STORAGE | BufferUsage.TRANSFER_SRC
 class StagingRing:
     """``capacity`` bytes of host-visible staging, reused as batches complete."""
 
-    def __init__(self, device: Device, capacity: int, alignment: int, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, device: Device, capacity: int, alignment: int, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 *, huge_pages: bool = False):
         self.device = device
         self.timeout_s = timeout_s
         self.alignment = alignment
         self.capacity = align_up(max(capacity, alignment), alignment)
-        self.buffer = Buffer(device, self.capacity, MemoryKind.UPLOAD, STAGING_USAGE, name="staging ring")
+        # huge_pages: advised on CPU renderers (runtime.memory.advise_huge_pages); the prepack
+        # asks for it for a ring, not for legacy's staging of everything at once
+        self.buffer = Buffer(device, self.capacity, MemoryKind.UPLOAD, STAGING_USAGE, name="staging ring",
+                             huge_pages=huge_pages)
         self._head = 0
         self._live: deque[tuple[int, int, Fence | None]] = deque()  # (start, end, fence)
         self._own: list[tuple[Buffer, Fence | None, int]] = []  # oversized batches' buffers, region bytes

@@ -135,6 +135,8 @@ class Buffer(VkObject):
     memory is host-visible.
 
     ``view()`` gives zero-copy numpy views of the mapping; they are valid until ``destroy()``.
+    With ``huge_pages``, on a CPU renderer, its pages are advised as transparent huge pages
+    (:func:`advise_huge_pages`: for memory the CPU fills, such as staging).
     """
 
     def __init__(
@@ -145,6 +147,7 @@ class Buffer(VkObject):
         usage: int = DEFAULT_USAGE,
         *,
         name: str = "",
+        huge_pages: bool = False,
     ):
         nbytes = int(nbytes)
         what = f"buffer {name!r} of {nbytes} bytes" if name else f"buffer of {nbytes} bytes"
@@ -165,6 +168,8 @@ class Buffer(VkObject):
             raise
         alloc_nbytes = req.size
         self.host_visible = self._mapping is not None
+        if huge_pages and self.host_visible and device.is_cpu:
+            advise_huge_pages(self._mapping)
         try:
             call(vk.vkBindBufferMemory, dev, handle, memory, 0)
         except BaseException:

@@ -96,6 +96,13 @@ class Profile:
     #: the blocks the allocator hands out then; None: direct_copy_gbps
     settled_direct_gbps: float | None = None
 
+    def staging_touch_gbps(self, mode: str) -> float:
+        """The CPU's first touch of staging: a ring (staged, reduce-peak) is advised as huge
+        pages on CPU renderers (graph/prepack.py), like the blocks of the weights the CPU
+        writes; legacy's staging of everything at once is not."""
+        ring = mode != "legacy" and self.cpu_renderer and self.direct_copy_gbps
+        return self.direct_copy_gbps if ring else self.fresh_copy_gbps
+
     @property
     def direct_node_s(self) -> float:
         return self.encode_node_s if self.encode_direct_s is None else self.encode_direct_s
@@ -294,7 +301,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             c += profile.encode_node_s
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
-            c += fresh / (profile.fresh_copy_gbps * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
+            c += fresh / (profile.staging_touch_gbps(mode) * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
             if n.shader:
                 g += profile.dispatch_s + n.packed_nbytes / profile.pack_bandwidth(n.packer)
                 dispatches += 1
