@@ -194,10 +194,11 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
     101 in a chain of additions and negations in turn: the host's share and each dispatch's), an addition of two 16 MiB constants (the
     bytes a memory-bound kernel moves), and linears in each format on an x shared by all,
     ``weight_nbytes`` of weights per execute (64 MiB: streamed from memory, as a model's):
-    one-token ones of 256 and 1024 rows by 256 and 1024 inputs, fitted (least squares) to a
+    one-token ones of 512 and 2048 rows by 512 and 2048 inputs, fitted (least squares) to a
     dispatch's own cost, a cost per row and one per weight byte (the first two: medians over
-    the formats, then each format's byte rate again with those, the median over the shapes); then 32-token ones of 1024 x
-    1024, for the multiply-adds of a tile's further tokens."""
+    the formats, then each format's byte rate again with those, the median over the shapes);
+    then 32-token ones of 1024 x 1024, for the multiply-adds of a tile's further tokens. On a
+    CPU renderer every term is scaled by the linear's waves (simulate_run.waves_factor)."""
     import gguf
     from gguf.quants import quantize
 
