@@ -3,8 +3,9 @@ import dataclasses
 import pytest
 
 from vkgraph.config import GraphConfig
-from vkgraph.graph.allocation import BLOCK_NBYTES
 from vkgraph.errors import ConfigError
+from vkgraph.graph.allocation import BLOCK_NBYTES
+from vkgraph.graph.scheduler import plan_prepack
 from vkgraph.tools.simulate import SimNode, load_profile, model_nodes, simulate
 
 KiB = 1024
@@ -149,7 +150,7 @@ def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
     host = simulate(nodes, cfg, cpu, "staged")
     assert host.packing_dispatches == 1 and sum(b.staging_nbytes for b in host.batches) == 64
     assert host.cpu_encode_s == pytest.approx(5 * cpu.direct_node_s + cpu.encode_node_s + 5 * 4096 / 2e9
-                                              + 64 / (cpu.staging_touch_gbps("staged") * 1e9)
+                                              + 64 / (cpu.staging_touch_gbps(True) * 1e9)
                                               + host.submits * cpu.submit_s, rel=1e-6)
     for p, c in ((dataclasses.replace(cpu, cpu_renderer=False), cfg), (cpu, GraphConfig())):  # a GPU; the default
         shaders = simulate(nodes, c, p, "staged")
@@ -161,10 +162,11 @@ def test_a_staging_ring_is_first_touched_as_huge_pages_on_cpu_renderers():
     (graph/prepack.py): its first touch is priced at the rate into a fresh huge-page block;
     legacy's staging, and staging elsewhere, at the rate into fresh pages."""
     cpu = dataclasses.replace(PROFILE, cpu_renderer=True, fresh_copy_gbps=2.0, direct_copy_gbps=6.0)
-    assert cpu.staging_touch_gbps("staged") == cpu.staging_touch_gbps("reduce-peak") == 6.0
-    assert cpu.staging_touch_gbps("legacy") == 2.0
-    assert dataclasses.replace(cpu, cpu_renderer=False).staging_touch_gbps("staged") == 2.0
-    assert dataclasses.replace(cpu, direct_copy_gbps=None).staging_touch_gbps("staged") == 2.0
+    assert [plan_prepack(m, [64], 16, GraphConfig()).staging_huge_pages for m in ("staged", "reduce-peak", "legacy")] \
+        == [True, True, False]
+    assert cpu.staging_touch_gbps(True) == 6.0 and cpu.staging_touch_gbps(False) == 2.0
+    assert dataclasses.replace(cpu, cpu_renderer=False).staging_touch_gbps(True) == 2.0
+    assert dataclasses.replace(cpu, direct_copy_gbps=None).staging_touch_gbps(True) == 2.0
     nodes = nodes_of([1 << 20])
     for mode, gbps in (("staged", 6.0), ("legacy", 2.0)):
         faster = simulate(nodes, GraphConfig(), cpu, mode)

@@ -124,6 +124,8 @@ class DispatchNode:
     weight_passes: int = 0
     #: for the run model: a linear's tokens, weight rows (of this window) and inputs
     linear_shape: tuple[int, int, int] = (0, 0, 0)
+    #: for the run model: the invocations a linear's dispatch has (its work items); 0: not given
+    invocations: int = 0
     #: for the run model: the bytes the dispatch moves where that is not every binding whole (a
     #: key/value cache written a few rows at a time); -1: every binding whole
     moved_nbytes: int = -1

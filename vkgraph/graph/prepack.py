@@ -75,13 +75,8 @@ class PrepackRun:
         self.ring = self.pool = self.dpool = self.queries = None
         try:
             if sum(plan.batch_nbytes):
-                # A ring (staged, reduce-peak) on huge pages: the CPU's first touch of a fresh
-                # ring took MiniLM's default loads 0.076 s against 0.069 s advised (medians of 6
-                # fresh processes, lavapipe; SwiftShader 0.113 against 0.106 s). Not legacy's
-                # staging of everything at once: advised, synthetic:512's 494 MiB of it made its
-                # legacy loads bimodal on this VM (0.59..2.76 s in six fresh processes).
                 self.ring = StagingRing(dev, plan.staging_capacity, graph.staging_alignment, graph.fence_timeout_s,
-                                        huge_pages=plan.mode != "legacy")
+                                        huge_pages=plan.staging_huge_pages)
             self.pool = CommandPool(dev, transient=True)
             # one descriptor set per packing dispatch, with the binding types its packer declares
             dispatches = [n for n in nodes if n.packer.shader is not None and not n.direct for _ in n.windows(graph)]

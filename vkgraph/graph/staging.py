@@ -64,8 +64,8 @@ class StagingRing:
         self.timeout_s = timeout_s
         self.alignment = alignment
         self.capacity = align_up(max(capacity, alignment), alignment)
-        # huge_pages: advised on CPU renderers (runtime.memory.advise_huge_pages); the prepack
-        # asks for it for a ring, not for legacy's staging of everything at once
+        # huge_pages: advised on CPU renderers (runtime.memory.advise_huge_pages), where the
+        # plan asks for it (scheduler.PrepackPlan.staging_huge_pages)
         self.buffer = Buffer(device, self.capacity, MemoryKind.UPLOAD, STAGING_USAGE, name="staging ring",
                              huge_pages=huge_pages)
         self._head = 0

@@ -143,7 +143,7 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
         g.add_dispatch(DispatchNode("linear_4x4", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
                                     {0: LOCAL_SIZE}, _groups(g, m * ((r1 - r0 + 3) // 4)),
                                     {"HAS_BIAS": int(bias is not None)}, weight_passes=m,
-                                    linear_shape=(m, r1 - r0, k)))
+                                    linear_shape=(m, r1 - r0, k), invocations=m * ((r1 - r0 + 3) // 4)))
     if act:
         y = unary(g, y, act)
     return y if residual is None else add(g, residual, y)
@@ -196,7 +196,7 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                      "X_TEXEL": int(x_texel), "HAS_BIAS": len(bias),
                                      "RESIDUAL": int(residual is not None), "ACT": 1 + UNARY_OPS[act] if act else 0},
                                     texels=({1: "rgba32f"} if x_texel else {}) | ({2: "rgba32f"} if texel else {}),
-                                    weight_passes=-(-m // tokens), linear_shape=(m, r1 - r0, k)))
+                                    weight_passes=-(-m // tokens), linear_shape=(m, r1 - r0, k), invocations=work))
 
 
 def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
@@ -222,7 +222,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                     {"QTYPE": FORMATS[w.layout].qtype, "ROWS": rows, "TOKENS": tokens,
                                      "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra)},
                                     texels=({1: "rgba32f"} if x_texel else {}) | ({2: "r32ui"} if texel else {}),
-                                    weight_passes=-(-m // tokens), linear_shape=(m, r1 - r0, k)))
+                                    weight_passes=-(-m // tokens), linear_shape=(m, r1 - r0, k), invocations=work))
 
 
 def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:

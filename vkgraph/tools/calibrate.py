@@ -311,9 +311,9 @@ def pack_gbps(packer: str, size_mb: int, repeat: int, dispatch_s: float) -> floa
     """GPU packing bandwidth of ``packer`` on the device of ``$VKGRAPH_DEVICE``: median of
     ``repeat`` packings of :func:`_big_weights` after a warm-up one (single GPU timings on a
     shared machine vary by +-30%), ``dispatch_s`` per dispatch taken off. Run in a fresh process
-    (:func:`_in_fresh_process`): in the calibration's own process, after its other measurements,
-    it measured 2.3 GB/s on lavapipe (0.69 on SwiftShader) against 1.45..1.5 (0.5..0.62) in fresh
-    processes, which is what loads' packing ran at."""
+    (:func:`_pack_gbps_in_fresh_process`): in the calibration's own process, after its other
+    measurements, it measured 2.3 GB/s on lavapipe (0.69 on SwiftShader) against 1.45..1.5
+    (0.5..0.62) in fresh processes, which is what loads' packing ran at."""
     arrays = _big_weights(size_mb)
     with Device() as dev:
         _pack(dev, packer, arrays)
@@ -321,22 +321,21 @@ def pack_gbps(packer: str, size_mb: int, repeat: int, dispatch_s: float) -> floa
     return statistics.median(packed / max(gpu - len(arrays) * dispatch_s, 1e-9) / 1e9 for _, gpu, packed in runs)
 
 
-def _in_fresh_process(function: str, *args: Any) -> Any:
-    """``function(*args)`` of this module in a fresh Python process (same device: ``$VKGRAPH_DEVICE``);
-    its result through JSON."""
-    import json
+def _pack_gbps_in_fresh_process(packer: str, size_mb: int, repeat: int, dispatch_s: float) -> float:
+    """:func:`pack_gbps` in a fresh Python process on the same device (``$VKGRAPH_DEVICE``)."""
     import subprocess
     import sys
 
-    code = (f"import json; from vkgraph.tools.calibrate import {function}; "
-            f"print(json.dumps({function}(*json.loads({json.dumps(json.dumps(args))}))))")
+    code = (f"from vkgraph.tools.calibrate import pack_gbps; "
+            f"print(pack_gbps({packer!r}, {size_mb}, {repeat}, {dispatch_s!r}))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if proc.returncode:
-        raise RuntimeError(f"calibrate: {function}{args} failed in its process: {proc.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"calibrate: packing in a fresh process failed: {proc.stderr.strip()[-2000:]}")
     reported = reported_messages(proc.stderr)
     if reported:
-        raise RuntimeError(f"calibrate: {function}{args}: Vulkan reported {len(reported)} message(s):\n" + "\n".join(reported[:20]))
-    return json.loads(proc.stdout.splitlines()[-1])
+        raise RuntimeError(f"calibrate: packing in a fresh process: Vulkan reported {len(reported)} message(s):\n"
+                           + "\n".join(reported[:20]))
+    return float(proc.stdout.split()[-1])
 
 
 def _pack(dev: Device, packer: str, arrays: list[np.ndarray]) -> tuple[float, float, int]:
@@ -420,7 +419,7 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     encode_direct_s, settled_direct = _direct_writes(device, repeat) or (None, None)
     dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
     big = _big_weights(size_mb)
-    pack = {"linear_4x4": _in_fresh_process("pack_gbps", "linear_4x4", size_mb, repeat, dispatch_s)}
+    pack = {"linear_4x4": _pack_gbps_in_fresh_process("linear_4x4", size_mb, repeat, dispatch_s)}
     host = {name: _host_pack_gbps(name, big, repeat) for name in ("linear_4x4", "transposed")}
     pack["default"] = pack["linear_4x4"]
     pack["identity"] = copy

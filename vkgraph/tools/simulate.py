@@ -96,12 +96,12 @@ class Profile:
     #: the blocks the allocator hands out then; None: direct_copy_gbps
     settled_direct_gbps: float | None = None
 
-    def staging_touch_gbps(self, mode: str) -> float:
-        """The CPU's first touch of staging: a ring (staged, reduce-peak) is advised as huge
-        pages on CPU renderers (graph/prepack.py), like the blocks of the weights the CPU
-        writes; legacy's staging of everything at once is not."""
-        ring = mode != "legacy" and self.cpu_renderer and self.direct_copy_gbps
-        return self.direct_copy_gbps if ring else self.fresh_copy_gbps
+    def staging_touch_gbps(self, huge_pages: bool) -> float:
+        """The CPU's first touch of staging: at the rate into a fresh huge-page block where the
+        plan advises it (scheduler.PrepackPlan.staging_huge_pages) and the device is a CPU
+        renderer, like the blocks of the weights the CPU writes."""
+        advised = huge_pages and self.cpu_renderer and self.direct_copy_gbps
+        return self.direct_copy_gbps if advised else self.fresh_copy_gbps
 
     @property
     def direct_node_s(self) -> float:
@@ -301,7 +301,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             c += profile.encode_node_s
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
-            c += fresh / (profile.staging_touch_gbps(mode) * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
+            c += fresh / (profile.staging_touch_gbps(prepack.staging_huge_pages) * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
             if n.shader:
                 g += profile.dispatch_s + n.packed_nbytes / profile.pack_bandwidth(n.packer)
                 dispatches += 1

@@ -98,15 +98,12 @@ def binding_nbytes(g: ComputeGraph, arg) -> int:
 def waves_factor(node: DispatchNode, threads: int) -> float:
     """On a CPU renderer of ``threads`` worker threads: the invocations a linear's dispatch
     costs, in whole waves of SIMD batches (a workgroup each, one per thread at a time), over the
-    invocations it has; 1.0 on a GPU (``threads`` 0)."""
-    if threads <= 0:
+    invocations it has (DispatchNode.invocations, set by the op); 1.0 on a GPU (``threads`` 0)."""
+    if threads <= 0 or node.invocations <= 0:
         return 1.0
-    _m, rows, _k = node.linear_shape
-    rows_each = int(node.defines.get("ROWS", 4 * int(node.defines.get("R4", 0))) or 1)  # linear_quant, linear_tiled
-    invocations = -(-rows // rows_each) * node.weight_passes
     local = int(node.spec.get(0, 1))
-    batches = -(-invocations // local)
-    return -(-batches // threads) * threads * local / invocations
+    batches = -(-node.invocations // local)
+    return -(-batches // threads) * threads * local / node.invocations
 
 
 def linear_terms(g: ComputeGraph, node: DispatchNode, threads: int = 0) -> tuple[float, float, float]:
