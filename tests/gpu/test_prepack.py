@@ -33,10 +33,11 @@ def graph(device, compiler, **cfg):
 
 @pytest.mark.parametrize("host_packing", ["never", "cpu-renderer"])
 @pytest.mark.parametrize("packer", ["identity", "transposed", "linear_4x4"])
-@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (4, 4), (17, 33), (64, 130)])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (4, 4), (17, 33), (9, 36), (64, 130)])
 def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
     """The packing shaders, and on CPU renderers with prepack.host_packing = "cpu-renderer" the
-    packers' host forms writing straight into device memory: the same bytes as numpy's."""
+    packers' host forms writing straight into device memory: the same bytes as numpy's.
+    linear_4x4 reads a source whose rows are whole texels (K a multiple of 4) as texels."""
     rng = np.random.default_rng(sum(shape))
     w = rng.standard_normal(shape).astype(np.float32)
     with graph(device, compiler, prepack__host_packing=host_packing) as g:
@@ -47,6 +48,8 @@ def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
     on_host = device.host_visible_device_local and (packer == "identity" or (host_packing != "never" and device.is_cpu))
     assert g.prepack_nodes[0].direct == on_host
     assert (report.direct_writes, report.packing_dispatches) == ((1, 0) if on_host else (0, int(packer != "identity")))
+    if packer != "identity" and not on_host:
+        assert g.prepack_nodes[0].dispatch_kinds(g) == [packer == "linear_4x4" and shape[1] % 4 == 0]
     np.testing.assert_array_equal(got, REFERENCE[packer](w).reshape(-1).view(np.uint8))
 
 

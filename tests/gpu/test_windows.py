@@ -41,6 +41,7 @@ def test_fp32_linear_in_windows(device, compiler, monkeypatch, n, k, bias, cpu_k
         g.set_output(ops.linear(g, xin, wd, g.add_tensorref(b, "b") if bias else None), "y")
         report = g.run_prepack()
         assert report.packing_dispatches > 1  # the weight was packed in several windows
+        assert g.prepack_nodes[0].dispatch_kinds(g) == [k % 4 == 0] * report.packing_dispatches  # source texels
         np.testing.assert_array_equal(g.read_tensor(wd), ref_linear_4x4(w).reshape(-1).view(np.uint8))
         y = g.execute({"x": x})["y"]
         tiled = cpu_kernels and device.is_cpu and device.renderer in ops.TILED_LINEAR_RENDERERS and k % 4 == 0

@@ -269,8 +269,8 @@ class ComputeGraph:
         """Compile and create every pipeline the graph needs (before any timing starts)."""
         self._require_device("prepare")
         for node in self.prepack_nodes:
-            if node.packer.shader is not None:
-                node.kernel(self)
+            for texel in set(node.dispatch_kinds(self)):
+                node.kernel(self, texel)
         for node in self.execute_nodes:
             node.kernel(self)
         self.kernels.save()

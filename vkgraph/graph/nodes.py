@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from ..runtime import CommandBuffer, DescriptorPool, DescriptorType
+from ..runtime import CommandBuffer, DescriptorPool, DescriptorType, TexelView
 from .packers import Packer
 from .scheduler import align_up
 from .staging import StagingRegion
@@ -13,7 +13,7 @@ from .values import Tensor, TensorRef, ValueRef
 from .windows import row_windows
 
 if TYPE_CHECKING:
-    from ..runtime import Buffer, TexelView
+    from ..runtime import Buffer
     from .compute_graph import ComputeGraph
     from .kernels import Kernel
 
@@ -26,10 +26,11 @@ def dispatch_groups(work_items: int, local_size: int, max_groups: int) -> int:
 PACK_LOCAL_SIZE = 64
 
 
-def packer_bindings(packer: Packer) -> tuple[DescriptorType, DescriptorType]:
-    """(source, destination) binding types of a packing shader."""
+def packer_bindings(packer: Packer, texel: bool = False) -> tuple[DescriptorType, DescriptorType]:
+    """(source, destination) binding types of a packing shader (``texel``: it reads the source
+    as texels, Packer.texel_source)."""
     dst = DescriptorType.STORAGE_IMAGE if packer.storage == "texture3d" else DescriptorType.STORAGE_BUFFER
-    return DescriptorType.STORAGE_BUFFER, dst
+    return DescriptorType.UNIFORM_TEXEL_BUFFER if texel else DescriptorType.STORAGE_BUFFER, dst
 
 
 @dataclass
@@ -44,9 +45,10 @@ class PrepackNode:
     def staging_nbytes(self, graph: ComputeGraph) -> int:
         return 0 if self.direct else graph.values[self.src].nbytes
 
-    def kernel(self, graph: ComputeGraph) -> Kernel:
+    def kernel(self, graph: ComputeGraph, texel: bool = False) -> Kernel:
         p = self.packer
-        return graph.kernels.get(p.shader, packer_bindings(p), p.push_nbytes, {0: PACK_LOCAL_SIZE}, p.defines)
+        return graph.kernels.get(p.shader, packer_bindings(p, texel), p.push_nbytes, {0: PACK_LOCAL_SIZE},
+                                 p.defines | {"TEXEL": int(texel)})
 
     def windows(self, graph: ComputeGraph) -> list[tuple[int, int] | None]:
         """The packing dispatches: one (None) when source and destination fit one binding,
@@ -59,10 +61,35 @@ class PrepackNode:
         rows, src_row, dst_row, unit = self.packer.row_layout(src)
         return row_windows(rows, (src_row, dst_row), graph.max_binding_nbytes, graph.staging_alignment, unit)
 
+    def src_window(self, graph: ComputeGraph, window: tuple[int, int] | None) -> tuple[int, int]:
+        """(offset from the staged source's start, bytes) the dispatch of ``window`` reads."""
+        src: TensorRef = graph.values[self.src]
+        nbytes = align_up(src.nbytes, 4)  # shaders read whole words; the staging region keeps the padding
+        if window is None:
+            return 0, nbytes
+        _rows, src_row, _dst_row, _unit = self.packer.row_layout(src)
+        return window[0] * src_row, min(align_up((window[1] - window[0]) * src_row, 4), nbytes - window[0] * src_row)
+
+    def texel(self, graph: ComputeGraph, window: tuple[int, int] | None) -> bool:
+        """Whether the dispatch of ``window`` reads its source as texels: the packer can, and the
+        device takes a texel buffer of that range (staging offsets keep its alignment)."""
+        if not self.packer.texel_source(graph.values[self.src]):
+            return False
+        lim, (at, nbytes) = graph.device.limits, self.src_window(graph, window)
+        align = lim["minTexelBufferOffsetAlignment"]
+        return graph.staging_alignment % align == 0 and at % align == 0 and nbytes // 16 <= lim["maxTexelBufferElements"]
+
+    def dispatch_kinds(self, graph: ComputeGraph) -> list[bool]:
+        """Per packing dispatch, whether it reads its source as texels (none: no shader, or direct)."""
+        if self.packer.shader is None or self.direct:
+            return []
+        return [self.texel(graph, w) for w in self.windows(graph)]
+
     def encode(self, graph: ComputeGraph, cmd: CommandBuffer, region: StagingRegion | None,
-               pool: DescriptorPool | None) -> int:
+               pool: DescriptorPool | None, views: list[TexelView]) -> int:
         """Allocate the destination, stage and record the packing; returns dispatches recorded.
-        The caller releases the source (after its last reader)."""
+        The texel views its dispatches read are appended to ``views``: the caller destroys them
+        once the command buffer has run. The caller releases the source (after its last reader)."""
         src: TensorRef = graph.values[self.src]
         dst: Tensor = graph.values[self.dst]
         resource = dst.resource or graph.memory.allocate(dst)  # its batch's memory block, where it has one
@@ -77,24 +104,26 @@ class PrepackNode:
                 # the staged word padding too where the destination has it (GGML blocks)
                 cmd.copy_buffer(region.buffer, dst.buffer, min(align_up(data.nbytes, 4), dst.nbytes), src_offset=offset)
             else:
-                kernel = self.kernel(graph)
                 if dst.image is not None:
                     cmd.prepare_image(dst.image)
-                cmd.bind_pipeline(kernel.pipeline)
-                src_nbytes = align_up(data.nbytes, 4)  # shaders read whole words; the region keeps the padding
                 for window in self.windows(graph):
+                    texel = self.texel(graph, window)
+                    kernel = self.kernel(graph, texel)
+                    at, nbytes = self.src_window(graph, window)
+                    if texel:
+                        views.append(TexelView(region.buffer, offset + at, nbytes, "rgba32ui"))
+                    src_bind = views[-1] if texel else (region.buffer, offset + at, nbytes)
                     if window is None:
-                        src_bind, dst_bind = (region.buffer, offset, src_nbytes), resource
+                        dst_bind = resource
                         push, work = self.packer.push_constants(src), self.packer.work_items(dst)
                     else:
                         r0, r1 = window
-                        _rows, src_row, dst_row, unit = self.packer.row_layout(src)
-                        src_bind = (region.buffer, offset + r0 * src_row,
-                                    min(align_up((r1 - r0) * src_row, 4), src_nbytes - r0 * src_row))
+                        _rows, _src_row, dst_row, unit = self.packer.row_layout(src)
                         dst_bind = (dst.buffer, r0 * dst_row, min(align_up(r1 - r0, unit) * dst_row, dst.nbytes - r0 * dst_row))
                         push, work = self.packer.window_push(src, r0, r1), self.packer.window_work(src, r0, r1)
                     dset = pool.allocate(kernel.set_layout)
                     dset.bind({0: src_bind, 1: dst_bind})
+                    cmd.bind_pipeline(kernel.pipeline)
                     cmd.bind_descriptor_sets(kernel.layout, [dset])
                     cmd.push_constants(kernel.layout, push)
                     cmd.dispatch(dispatch_groups(work, PACK_LOCAL_SIZE, graph.max_groups_x))

@@ -32,6 +32,11 @@ class Packer:
     #: whether :meth:`pack_host` can pack on the CPU (straight into host-visible device memory)
     host_form: ClassVar[bool] = False
 
+    def texel_source(self, src: TensorRef) -> bool:
+        """Whether the packing shader can read this source as RGBA32UI texels (define TEXEL:
+        binding 0 a uniform texel buffer) where the device allows a texel buffer that large."""
+        return False
+
     def pack_host(self, src: TensorRef, data: np.ndarray, out: np.ndarray) -> None:
         """Pack the source bytes ``data`` into ``out`` (the destination's bytes) on the CPU,
         exactly as the packing shader does."""
@@ -152,6 +157,9 @@ class Linear4x4Packer(_Words2D):
     def packed_nbytes(self, src: TensorRef) -> int:
         n, k = src.shape
         return ((n + 3) // 4) * ((k + 3) // 4) * 16 * 4
+
+    def texel_source(self, src: TensorRef) -> bool:
+        return src.shape[1] % 4 == 0  # a block row's 4 words are one texel
 
     def push_constants(self, src: TensorRef) -> bytes:
         return struct.pack("<II", *src.shape)

@@ -29,6 +29,7 @@ from ..runtime import (
     Fence,
     ImportedBuffer,
     Stage,
+    TexelView,
     TimestampQueryPool,
     host_clock_offset_ns,
 )
@@ -73,15 +74,16 @@ class PrepackRun:
         self.regions: list = [None] * count
         self.done = 0
         self.ring = self.pool = self.dpool = self.queries = None
+        self.views: list[TexelView] = []  # the packing dispatches' texel views of staging
         try:
             if sum(plan.batch_nbytes):
                 self.ring = StagingRing(dev, plan.staging_capacity, graph.staging_alignment, graph.fence_timeout_s,
                                         huge_pages=plan.staging_huge_pages)
             self.pool = CommandPool(dev, transient=True)
             # one descriptor set per packing dispatch, with the binding types its packer declares
-            dispatches = [n for n in nodes if n.packer.shader is not None and not n.direct for _ in n.windows(graph)]
+            dispatches = [(n, texel) for n in nodes for texel in n.dispatch_kinds(graph)]
             if dispatches:
-                types = Counter(t for n in dispatches for t in packer_bindings(n.packer))
+                types = Counter(t for n, texel in dispatches for t in packer_bindings(n.packer, texel))
                 self.dpool = DescriptorPool(dev, len(dispatches), types)
             # a timestamp slot after each node that records GPU work (a direct write records none)
             gpu_nodes = [i for i, n in enumerate(nodes) if not n.direct]
@@ -116,7 +118,7 @@ class PrepackRun:
         for i in batch:
             node = self.nodes[i]
             src = g.values[node.src]
-            dispatches += node.encode(g, cmd, region, self.dpool)
+            dispatches += node.encode(g, cmd, region, self.dpool, self.views)
             if self.queries and i in self.slot:
                 cmd.write_timestamp(self.queries, self.slot[i], Stage.BOTTOM_OF_PIPE)
             self.read_done(src)
@@ -193,6 +195,9 @@ class PrepackRun:
         dev = self.graph.device
         if wait and dev.alive:
             dev.wait_idle()
+        for view in self.views:  # before the staging buffers they see
+            view.destroy()
+        self.views.clear()
         if self.ring is not None:  # before the fences it checks
             self.ring.destroy(wait)
             self.ring = None

@@ -52,7 +52,7 @@ class StagingRegion:
         return offset
 
 
-STAGING_USAGE = BufferUsage.STORAGE | BufferUsage.TRANSFER_SRC
+STAGING_USAGE = BufferUsage.STORAGE | BufferUsage.UNIFORM_TEXEL | BufferUsage.TRANSFER_SRC  # texel: packers' sources
 
 
 class StagingRing:

@@ -346,12 +346,13 @@ def advise_huge_pages(mapping: Any) -> None:
         _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), advice)
 
 
-#: texel formats of uniform texel buffers (both mandatory for that use): bytes per texel
-TEXEL_FORMATS = {"r32ui": (vk.VK_FORMAT_R32_UINT, 4), "rgba32f": (vk.VK_FORMAT_R32G32B32A32_SFLOAT, 16)}
+#: texel formats of uniform texel buffers (all mandatory for that use): bytes per texel
+TEXEL_FORMATS = {"r32ui": (vk.VK_FORMAT_R32_UINT, 4), "rgba32f": (vk.VK_FORMAT_R32G32B32A32_SFLOAT, 16),
+                 "rgba32ui": (vk.VK_FORMAT_R32G32B32A32_UINT, 16)}
 
 
 class TexelView(VkObject):
-    """A range of a buffer seen as texels of ``fmt`` (R32_UINT, or RGBA32F: vec4 per texel) for a
+    """A range of a buffer seen as texels of ``fmt`` (TEXEL_FORMATS: R32_UINT, RGBA32F, RGBA32UI) for a
     uniform texel buffer binding: shaders read it with ``texelFetch``. Destroy it before its buffer."""
 
     def __init__(self, buffer: Buffer, offset: int, nbytes: int, fmt: str = "r32ui"):
