@@ -243,3 +243,17 @@ def test_output_into_a_closed_pipe_stops_quietly():
     proc.stdout.close()  # the reader leaves before the first line
     err = proc.stderr.read().decode()
     assert proc.wait() == 141 and err == ""
+
+
+def test_calibration_rounds_take_each_rate_s_median():
+    """calibrate --rounds N: each rate (fields, per-packer and per-format tables, [execute]) is
+    the median over the rounds; names, counts and flags come from the first."""
+    from vkgraph.tools.calibrate import _median_of
+
+    base = load_profile("lavapipe")
+    rounds = [dataclasses.replace(base, copy_gbps=c, pack_gbps={**base.pack_gbps, "linear_4x4": c},
+                                  execute=dataclasses.replace(base.execute, host_s=c * 1e-6, threads=t))
+              for c, t in ((3.0, 2), (1.0, 5), (2.0, 7))]
+    got = _median_of(rounds)
+    assert (got.copy_gbps, got.pack_gbps["linear_4x4"], got.execute.host_s) == (2.0, 2.0, 2e-6)
+    assert got.execute.threads == 2 and got.name == base.name and got.pack_gbps["identity"] == base.pack_gbps["identity"]

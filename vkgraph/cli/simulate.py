@@ -12,10 +12,10 @@ from ..models.registry import KNOWN_MODELS
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..runtime import Device
-    from ..tools.calibrate import calibrate, profile_toml
+    from ..tools.calibrate import calibrate_rounds, profile_toml
 
     with Device(args.device) as dev:
-        profile, raw = calibrate(dev)
+        profile, raw = calibrate_rounds(dev, args.rounds)
     text = profile_toml(profile)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +163,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--plot", help="write a PNG of the predicted timeline and staging memory")
     sim.add_argument("--calibrate", action="store_true", help="measure a profile on this device (see --out)")
     sim.add_argument("--out", help="with --calibrate: write the profile here (e.g. profiles/<device>.toml)")
+    sim.add_argument("--rounds", type=int, default=1,
+                     help="with --calibrate: calibrate this many times, each rate the median over them (default 1)")
     sim.add_argument("--validate", action="store_true",
                      help="compare the simulator with measured loads (legacy, staged, reduce-peak); with "
                           "--decode, with measured prefill and decode (--model, default smollm2)")
