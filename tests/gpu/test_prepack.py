@@ -53,6 +53,24 @@ def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
     np.testing.assert_array_equal(got, REFERENCE[packer](w).reshape(-1).view(np.uint8))
 
 
+
+def test_sources_beyond_a_texel_buffer_pack_in_windows_read_as_texels(device, compiler, monkeypatch):
+    """Where a device's texel buffers are smaller than a storage binding (SwiftShader's hold
+    1 MiB of RGBA32UI), a linear_4x4 source beyond one packs in row windows that each fit one,
+    every window read as texels; rows too long for one fall back to storage-buffer windows."""
+    align = device.limits["minTexelBufferOffsetAlignment"]
+    monkeypatch.setitem(device.limits, "maxTexelBufferElements", 256 * align // 16)  # 256 alignments
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((64, 8 * align)).astype(np.float32)  # a texel buffer holds 8 rows
+    long = rng.standard_normal((4, 80 * align)).astype(np.float32)  # a row beyond one
+    with graph(device, compiler) as g:
+        refs = [g.prepack_tensor(g.add_tensorref(a, f"w{i}"), "linear_4x4") for i, a in enumerate((w, long))]
+        report = g.run_prepack()
+        kinds = [n.dispatch_kinds(g) for n in g.prepack_nodes]
+        assert len(kinds[0]) == report.packing_dispatches - 1 > 1 and all(kinds[0]) and kinds[1] == [False]
+        for ref, a in zip(refs, (w, long)):
+            np.testing.assert_array_equal(g.read_tensor(ref), ref_linear_4x4(a).reshape(-1).view(np.uint8))
+
 def make_model(g, rng, count=40):
     refs = []
     for i in range(count):

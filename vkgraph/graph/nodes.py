@@ -52,14 +52,22 @@ class PrepackNode:
 
     def windows(self, graph: ComputeGraph) -> list[tuple[int, int] | None]:
         """The packing dispatches: one (None) when source and destination fit one binding,
-        else row windows that do (only shader packers bind, so only they need this)."""
+        else row windows that do (only shader packers bind, so only they need this). A source
+        the packer reads as texels (Packer.texel_source) gets windows whose source fits a texel
+        buffer where the device's are smaller than a binding (SwiftShader: 1 MiB of RGBA32UI)."""
         src: TensorRef = graph.values[self.src]
         dst: Tensor = graph.values[self.dst]
         bound = align_up(src.nbytes, 4) if dst.storage == "texture3d" else max(align_up(src.nbytes, 4), dst.nbytes)
-        if self.packer.shader is None or bound <= graph.max_binding_nbytes:
+        most = graph.max_binding_nbytes
+        if self.packer.shader is not None and self.packer.texel_source(src) and graph.device is not None:
+            most = min(most, graph.device.limits["maxTexelBufferElements"] * 16)
+        if self.packer.shader is None or bound <= most:
             return [None]
         rows, src_row, dst_row, unit = self.packer.row_layout(src)
-        return row_windows(rows, (src_row, dst_row), graph.max_binding_nbytes, graph.staging_alignment, unit)
+        try:
+            return row_windows(rows, (src_row, dst_row), most, graph.staging_alignment, unit)
+        except ValueError:  # rows too long for a texel buffer: storage-buffer windows
+            return row_windows(rows, (src_row, dst_row), graph.max_binding_nbytes, graph.staging_alignment, unit)
 
     def src_window(self, graph: ComputeGraph, window: tuple[int, int] | None) -> tuple[int, int]:
         """(offset from the staged source's start, bytes) the dispatch of ``window`` reads."""
