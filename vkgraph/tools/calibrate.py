@@ -101,9 +101,11 @@ def _direct_writes(dev: Device, repeat: int, nbytes: int = 96 << 20,
     device memory in a process's later loads: the same ``nbytes`` (several memory blocks) read
     from a file mapping (released after, as a load releases them) as ``counts`` identity weights
     in staged loads, after a warm-up load. Per weight (its buffer, binding, recording): the
-    difference in time over the difference in weights; the bytes: what the fewer weights' loads
-    took besides that. None where device memory is not host-visible (no weight is written that
-    way)."""
+    difference in time over the difference in weights, the median over ``2 * repeat`` pairs of
+    loads taken one after the other (medians of each count taken apart gave 26..53 us on
+    lavapipe in calibrations of the same hour: the bytes' time drifts more than the difference);
+    the bytes: what the fewer weights' loads took besides that. None where device memory is not
+    host-visible (no weight is written that way)."""
     import mmap
     import tempfile
 
@@ -126,8 +128,9 @@ def _direct_writes(dev: Device, repeat: int, nbytes: int = 96 << 20,
         few, many = counts
         once(many)
         once(few)
-        t_few, t_many = (statistics.median(once(c) for _ in range(repeat)) for c in counts)
-    node_s = max((t_many - t_few) / (many - few), 1e-6)
+        pairs = [(once(few), once(many)) for _ in range(2 * repeat)]
+    node_s = max(statistics.median((b - a) / (many - few) for a, b in pairs), 1e-6)
+    t_few = statistics.median(a for a, _ in pairs)
     return node_s, nbytes / max(t_few - few * node_s, 1e-9) / 1e9
 
 
