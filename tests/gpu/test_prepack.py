@@ -53,7 +53,6 @@ def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
     np.testing.assert_array_equal(got, REFERENCE[packer](w).reshape(-1).view(np.uint8))
 
 
-
 def test_sources_beyond_a_texel_buffer_pack_in_windows_read_as_texels(device, compiler, monkeypatch):
     """Where a device's texel buffers are smaller than a storage binding (SwiftShader's hold
     1 MiB of RGBA32UI), a linear_4x4 source beyond one packs in row windows that each fit one,
@@ -70,6 +69,7 @@ def test_sources_beyond_a_texel_buffer_pack_in_windows_read_as_texels(device, co
         assert len(kinds[0]) == report.packing_dispatches - 1 > 1 and all(kinds[0]) and kinds[1] == [False]
         for ref, a in zip(refs, (w, long)):
             np.testing.assert_array_equal(g.read_tensor(ref), ref_linear_4x4(a).reshape(-1).view(np.uint8))
+
 
 def make_model(g, rng, count=40):
     refs = []
