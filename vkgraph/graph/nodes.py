@@ -5,15 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from ..runtime import CommandBuffer, DescriptorPool, DescriptorType, TexelView
+from ..runtime import CommandBuffer, DescriptorPool, DescriptorType
 from .packers import Packer
 from .scheduler import align_up
-from .staging import StagingRegion
+from .staging import StagingRegion, StagingRing
 from .values import Tensor, TensorRef, ValueRef
 from .windows import row_windows
 
 if TYPE_CHECKING:
-    from ..runtime import Buffer
+    from ..runtime import Buffer, TexelView
     from .compute_graph import ComputeGraph
     from .kernels import Kernel
 
@@ -94,10 +94,10 @@ class PrepackNode:
         return [self.texel(graph, w) for w in self.windows(graph)]
 
     def encode(self, graph: ComputeGraph, cmd: CommandBuffer, region: StagingRegion | None,
-               pool: DescriptorPool | None, views: list[TexelView]) -> int:
+               pool: DescriptorPool | None, ring: StagingRing | None) -> int:
         """Allocate the destination, stage and record the packing; returns dispatches recorded.
-        The texel views its dispatches read are appended to ``views``: the caller destroys them
-        once the command buffer has run. The caller releases the source (after its last reader)."""
+        The texel views its dispatches read are the staging ring's (``ring.texel_view``). The
+        caller releases the source (after its last reader)."""
         src: TensorRef = graph.values[self.src]
         dst: Tensor = graph.values[self.dst]
         resource = dst.resource or graph.memory.allocate(dst)  # its batch's memory block, where it has one
@@ -118,9 +118,8 @@ class PrepackNode:
                     texel = self.texel(graph, window)
                     kernel = self.kernel(graph, texel)
                     at, nbytes = self.src_window(graph, window)
-                    if texel:
-                        views.append(TexelView(region.buffer, offset + at, nbytes, "rgba32ui"))
-                    src_bind = views[-1] if texel else (region.buffer, offset + at, nbytes)
+                    src_bind = ring.texel_view(region.buffer, offset + at, nbytes, "rgba32ui") if texel else \
+                        (region.buffer, offset + at, nbytes)
                     if window is None:
                         dst_bind = resource
                         push, work = self.packer.push_constants(src), self.packer.work_items(dst)

@@ -29,7 +29,6 @@ from ..runtime import (
     Fence,
     ImportedBuffer,
     Stage,
-    TexelView,
     TimestampQueryPool,
     host_clock_offset_ns,
 )
@@ -74,7 +73,6 @@ class PrepackRun:
         self.regions: list = [None] * count
         self.done = 0
         self.ring = self.pool = self.dpool = self.queries = None
-        self.views: list[TexelView] = []  # the packing dispatches' texel views of staging
         try:
             if sum(plan.batch_nbytes):
                 self.ring = StagingRing(dev, plan.staging_capacity, graph.staging_alignment, graph.fence_timeout_s,
@@ -118,7 +116,7 @@ class PrepackRun:
         for i in batch:
             node = self.nodes[i]
             src = g.values[node.src]
-            dispatches += node.encode(g, cmd, region, self.dpool, self.views)
+            dispatches += node.encode(g, cmd, region, self.dpool, self.ring)
             if self.queries and i in self.slot:
                 cmd.write_timestamp(self.queries, self.slot[i], Stage.BOTTOM_OF_PIPE)
             self.read_done(src)
@@ -195,9 +193,6 @@ class PrepackRun:
         dev = self.graph.device
         if wait and dev.alive:
             dev.wait_idle()
-        for view in self.views:  # before the staging buffers they see
-            view.destroy()
-        self.views.clear()
         if self.ring is not None:  # before the fences it checks
             self.ring.destroy(wait)
             self.ring = None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime import DEFAULT_TIMEOUT_S, Buffer, BufferUsage, Device, Fence, MemoryKind
+from ..runtime import DEFAULT_TIMEOUT_S, Buffer, BufferUsage, Device, Fence, MemoryKind, TexelView
 from .scheduler import align_up
 
 
@@ -71,6 +71,7 @@ class StagingRing:
         self._head = 0
         self._live: deque[tuple[int, int, Fence | None]] = deque()  # (start, end, fence)
         self._own: list[tuple[Buffer, Fence | None, int]] = []  # oversized batches' buffers, region bytes
+        self._views: dict[int, list[TexelView]] = {}  # id(buffer) -> texel views of it (packers' sources)
         self.live_nbytes = self.capacity
         self.allocated_peak_nbytes = self.capacity
         self.in_flight_peak_nbytes = 0
@@ -98,6 +99,18 @@ class StagingRing:
         self._head = end
         self._sample_in_flight()
         return StagingRegion(self.buffer, start, nbytes)
+
+    def texel_view(self, buffer: Buffer, offset: int, nbytes: int, fmt: str) -> TexelView:
+        """A texel view of staging (``buffer``: the ring's or an oversized batch's), destroyed
+        right before that buffer is."""
+        view = TexelView(buffer, offset, nbytes, fmt)
+        self._views.setdefault(id(buffer), []).append(view)
+        return view
+
+    def _free(self, buf: Buffer) -> None:
+        for view in self._views.pop(id(buf), ()):
+            view.destroy()
+        buf.destroy()
 
     def in_flight_nbytes(self) -> int:
         """Staging bytes whose batch is not known to be finished, polling the fences now."""
@@ -138,7 +151,7 @@ class StagingRing:
                 raise AssertionError("an oversized staging buffer was never submitted")
             self._wait(fence)
             self.live_nbytes -= buf.nbytes
-            buf.destroy()
+            self._free(buf)
         self._own.clear()
 
     def _collect_own(self) -> None:
@@ -146,7 +159,7 @@ class StagingRing:
         for buf, fence, n in self._own:
             if fence is not None and fence.is_signaled():
                 self.live_nbytes -= buf.nbytes
-                buf.destroy()
+                self._free(buf)
             else:
                 keep.append((buf, fence, n))
         self._own = keep
@@ -160,7 +173,7 @@ class StagingRing:
             if fence is not None:
                 self._wait(fence)
         for buf, _, _ in self._own:
-            buf.destroy()
+            self._free(buf)
         self._own.clear()
         self._live.clear()
-        self.buffer.destroy()
+        self._free(self.buffer)
