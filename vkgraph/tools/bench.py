@@ -190,23 +190,27 @@ def copy_floor(model: str) -> dict[str, Any]:
     return {"model": m.ref.name, "mode": FLOOR, "total_constant_nbytes": sum(r.nbytes for r in refs), "load_s": seconds}
 
 
+def python_in_subprocess(args: list[str]) -> str:
+    """Run ``python args...`` (this interpreter) in a fresh process and return its stdout;
+    RuntimeError with the child's stderr when it fails, or when the validation layer
+    (``VKGRAPH_VALIDATION=1``, inherited) or the loader reported a warning or an error in it."""
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=False)
+    what = " ".join(args)
+    if proc.returncode:
+        raise RuntimeError(f"{what} failed: {proc.stderr.strip()[-2000:]}")
+    reported = reported_messages(proc.stderr)
+    if reported:
+        raise RuntimeError(f"{what}: Vulkan reported {len(reported)} message(s):\n" + "\n".join(reported[:20]))
+    return proc.stdout
+
+
 def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: int = 1,
                        check: str = "every") -> list[dict[str, Any]]:
     """``vkgraph bench load --json`` in a fresh process (``loads`` loads in it, ``check``: "every"
-    load verified, or only the "last"): one result per load; RuntimeError with the child's
-    stderr when it fails, or when the validation layer (``VKGRAPH_VALIDATION=1``, inherited)
-    or the loader reported a warning or an error in it."""
-    cmd = [sys.executable, "-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode, "--json",
-           "--loads", str(loads), "--check", check]
-    if config:
-        cmd += ["--config", config]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd[1:])} failed: {proc.stderr.strip()[-2000:]}")
-    reported = reported_messages(proc.stderr)
-    if reported:
-        raise RuntimeError(f"{' '.join(cmd[1:])}: Vulkan reported {len(reported)} message(s):\n" + "\n".join(reported[:20]))
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    load verified, or only the "last"): one result per load (errors: python_in_subprocess)."""
+    args = ["-m", "vkgraph", "bench", "load", "--model", model, "--mode", mode, "--json", "--loads", str(loads),
+            "--check", check] + (["--config", config] if config else [])
+    return [json.loads(line) for line in python_in_subprocess(args).splitlines() if line.startswith("{")]
 
 
 @dataclass

@@ -17,7 +17,7 @@ from ..graph.compute_graph import ComputeGraph
 from ..graph.packers import get_packer
 from ..graph.values import ArraySource, TensorRef
 from ..paths import user_cache_dir
-from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind, allocate_block, reported_messages
+from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind, allocate_block
 from .simulate import Profile, load_profile, model_nodes, simulate
 from .simulate_run import ExecuteRates, linear_terms
 
@@ -328,22 +328,11 @@ def _pack_gbps_in_fresh_process(packer: str, size_mb: int, repeat: int, dispatch
     """:func:`pack_gbps` in fresh Python processes on the same device (``$VKGRAPH_DEVICE``),
     the median over ``rounds`` of them: on lavapipe a process packs at one of two speeds
     (linear_4x4: 1.40..1.48 or 1.81..1.97 GB/s in eight processes in a row)."""
-    import subprocess
-    import sys
+    from .bench import python_in_subprocess
 
     code = (f"from vkgraph.tools.calibrate import pack_gbps; "
             f"print(pack_gbps({packer!r}, {size_mb}, {repeat}, {dispatch_s!r}))")
-    rates = []
-    for _ in range(rounds):
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-        if proc.returncode:
-            raise RuntimeError(f"calibrate: packing in a fresh process failed: {proc.stderr.strip()[-2000:]}")
-        reported = reported_messages(proc.stderr)
-        if reported:
-            raise RuntimeError(f"calibrate: packing in a fresh process: Vulkan reported {len(reported)} message(s):\n"
-                               + "\n".join(reported[:20]))
-        rates.append(float(proc.stdout.split()[-1]))
-    return statistics.median(rates)
+    return statistics.median(float(python_in_subprocess(["-c", code]).split()[-1]) for _ in range(rounds))
 
 
 def _pack(dev: Device, packer: str, arrays: list[np.ndarray]) -> tuple[float, float, int]:
@@ -611,20 +600,16 @@ def validate_decode(profile_name: str, model: str = "smollm2", repeat: int = 3, 
     """Predicted (tools/simulate_run.py) vs measured prefill and decode speed: ``vkgraph bench
     decode --json`` in ``repeat`` fresh processes (the device of ``$VKGRAPH_DEVICE``), medians."""
     import json
-    import subprocess
-    import sys
 
+    from .bench import python_in_subprocess
     from .simulate_run import simulate_decode
 
     pred = simulate_decode(model, load_profile(profile_name), prompt_tokens)
     runs = []
     for r in range(repeat):
-        cmd = [sys.executable, "-m", "vkgraph", "bench", "decode", "--model", model, "--prompt-tokens",
-               str(prompt_tokens), "--new-tokens", str(new_tokens), "--json"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode:
-            raise RuntimeError(f"{' '.join(cmd[1:])} failed: {proc.stderr.strip()[-2000:]}")
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        out = python_in_subprocess(["-m", "vkgraph", "bench", "decode", "--model", model, "--prompt-tokens",
+                                    str(prompt_tokens), "--new-tokens", str(new_tokens), "--json"])
+        runs.append(json.loads(out.strip().splitlines()[-1]))
         if progress:
             progress(r + 1, repeat)
     row: dict[str, Any] = {"model": model, "profile": profile_name, "prompt_tokens": prompt_tokens,
