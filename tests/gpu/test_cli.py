@@ -137,3 +137,13 @@ def test_device_option_picks_the_device_for_the_command_only(device, cache_dir, 
     assert [d["name"] for d in selected] == [device.name]
     assert cli.main(["bench", "load", "--model", "synthetic:4", "--device", "no-such-gpu"]) == 1
     assert "no Vulkan device matches 'no-such-gpu'; available: " in capsys.readouterr().err
+
+
+def test_validate_refuses_a_profile_of_another_device(device, capsys):
+    """--validate prices loads with the profile of the device it measures (by default
+    profiles/<renderer>.toml); one calibrated elsewhere is refused before anything is measured."""
+    other = "swiftshader" if device.renderer == "lavapipe" else "lavapipe"
+    for extra in ([], ["--decode"]):
+        assert cli.main(["simulate", "--validate", "--profile", other, "--models", "synthetic:4", *extra]) == 1
+        err = capsys.readouterr().err
+        assert f"{other}: [device]: the profile is of" in err and repr(device.name) in err

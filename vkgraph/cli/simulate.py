@@ -25,11 +25,33 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate_profile(args: argparse.Namespace) -> str:
+    """--validate's profile: --profile, else the one calibrated on the device it measures
+    (profiles/<renderer>.toml). A profile of another renderer is refused: its rates are not that
+    device's, and every error it printed would be the difference between two devices."""
+    from ..errors import ConfigError
+    from ..runtime import Device
+    from ..tools.simulate import load_profile
+
+    with Device(args.device) as dev:
+        renderer, name = dev.renderer, dev.name
+    if args.profile is None and not renderer:
+        raise ConfigError(None, "--profile", f"no profile for {name!r}: measure one with "
+                                             "vkgraph simulate --calibrate --out <file>")
+    chosen = args.profile or renderer
+    profile = load_profile(chosen)
+    if profile.renderer != renderer or (not renderer and profile.name != name):
+        raise ConfigError(chosen, "[device]", f"the profile is of {profile.name!r}, the device measured is {name!r} "
+                                              "(--device or $VKGRAPH_DEVICE picks the device)")
+    return chosen
+
+
 def cmd_validate_decode(args: argparse.Namespace) -> int:
     from ..tools.bench import terminal_progress
     from ..tools.calibrate import validate_decode
 
     model = args.model or "smollm2"
+    args.profile = _validate_profile(args)
     row = validate_decode(args.profile, model, args.repeat, args.prompt_tokens, args.new_tokens,
                           None if args.json else terminal_progress("validate", "processes"))
     if args.json:
@@ -54,6 +76,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return cmd_validate_decode(args)
 
     models = tuple(args.models.split(",")) if args.models else VALIDATE_MODELS
+    args.profile = _validate_profile(args)
     rows = validate(args.profile, models, args.repeat, args.config,
                     None if args.json else terminal_progress("validate", "processes"), args.loads)
     if args.json:
@@ -108,6 +131,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return cmd_calibrate(args)
     if args.validate:
         return cmd_validate(args)
+    args.profile = args.profile or "lavapipe"
     if args.decode:
         return cmd_decode(args)
 
@@ -146,7 +170,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     sim = sub.add_parser("simulate", help="predict a load (time, memory, submits) from a device profile")
-    sim.add_argument("--profile", default="lavapipe", help="profile TOML or a name in profiles/ (default lavapipe)")
+    sim.add_argument("--profile", help="profile TOML or a name in profiles/ (default lavapipe; with --validate, the "
+                                       "profile of the device measured, profiles/<renderer>.toml)")
     sim.add_argument("--model", help=f"{KNOWN_MODELS} (default synthetic:256; with --decode, smollm2)")
     sim.add_argument("--config", help="TOML config (default configs/default.toml)")
     sim.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], help="default: from the config")
