@@ -6,7 +6,8 @@
 // once serve ROWS rows), dequantizing four weights per 32-bit word.
 // TEXEL reads W, X_TEXEL x, as a uniform texel buffer: lavapipe runs a storage-buffer load inside
 // a loop as a loop over its SIMD lanes, a texel fetch as one gather. RESIDUAL adds res (shaped as
-// y) to y.
+// y) to y. GATED (a Llama MLP's gate and up projections in one dispatch, x read once for both):
+// y = silu(x . W[n]) * (x . U[n]), U a second weight of W's format and shape (binding 3).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "quant_blocks.h"
@@ -27,12 +28,21 @@ layout(set = 0, binding = 1) uniform samplerBuffer xt;  // RGBA32F texels
 layout(set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
 #define X4(i) x4[i]
 #endif
+// W's words (and GATED's U's: binding 3) as R32UI texels or storage buffers
 #if TEXEL
-layout(set = 0, binding = 2) uniform usamplerBuffer wt;  // R32UI texels
+layout(set = 0, binding = 2) uniform usamplerBuffer wt;
 #define WORD(i) texelFetch(wt, int(i)).x
+#if GATED
+layout(set = 0, binding = 3) uniform usamplerBuffer ut;
+#define UWORD(i) texelFetch(ut, int(i)).x
+#endif
 #else
 layout(set = 0, binding = 2) readonly buffer Wq { uint w[]; };
 #define WORD(i) w[i]
+#if GATED
+layout(set = 0, binding = 3) readonly buffer Uq { uint u[]; };
+#define UWORD(i) u[i]
+#endif
 #endif
 
 #if RESIDUAL
@@ -50,6 +60,74 @@ vec4 bytes4(uint word) {
 #else
 #define STORE(at, v) y[at] = (v)
 #endif
+#if GATED
+#define STORE_GATED(at, v, w) y[at] = (v) / (1.0 + exp(-(v))) * (w)
+#endif
+
+// One token: the block at word base (bit shift s) of a row, read through WORDF, dotted with x
+// (xv: its 32 values; Q4: lo and hi, the sum sxs), added to ACC.
+#if QTYPE == 2
+#define ROW_BLOCK(WORDF, ACC) { \
+    uint head = WORDF(base), prev = head; \
+    float sq = 0.0; \
+    for (uint i = 0u; i < 8u; ++i) { \
+        uint next = WORDF(base + 1u + i); \
+        vec4 q = bytes4(QUANT_WORD(prev, next, s)); \
+        prev = next; \
+        sq += dot(q - 256.0 * vec4(greaterThanEqual(q, vec4(128.0))), xv[i]); \
+    } \
+    ACC += BLOCK_D(head, s) * sq; }
+#else
+#if QTYPE == 0
+#define ROW_SCALE(head, s, sq) (BLOCK_D(head, s) * ((sq) - 8.0 * sxs))
+#else
+#define ROW_SCALE(head, s, sq) (BLOCK_D(head, s) * (sq) + BLOCK_M(head) * sxs)
+#endif
+#define ROW_BLOCK(WORDF, ACC) { \
+    uint head = WORDF(base), prev = head; \
+    float sq = 0.0; \
+    for (uint i = 0u; i < 4u; ++i) { \
+        uint next = WORDF(base + 1u + i); \
+        uint word = QUANT_WORD(prev, next, s); \
+        prev = next; \
+        sq += dot(bytes4(word & 0x0F0F0F0Fu), lo[i]) + dot(bytes4((word >> 4u) & 0x0F0F0F0Fu), hi[i]); \
+    } \
+    ACC += ROW_SCALE(head, s, sq); }
+#endif
+
+// TOKENS tokens: the block at word base (bit shift s) of row r, read through WORDF, dotted with
+// each token's x (xv, sums sx), added to ACC[r * TOKENS + t].
+#if QTYPE == 2
+// unrolled: lavapipe left this loop rolled once the quant words were spliced, and kept xv in
+// memory (3x slower)
+#define TILE_BLOCK(WORDF, ACC) { \
+    float sq[TOKENS]; \
+    for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0; \
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) { \
+        vec4 q = bytes4(QUANT_WORD(WORDF(base + i), WORDF(base + i + 1u), s)); \
+        q -= 256.0 * vec4(greaterThanEqual(q, vec4(128.0))); \
+        for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + i]); \
+    } \
+    float d = BLOCK_D(WORDF(base), s); \
+    for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += d * sq[t]; }
+#else
+#if QTYPE == 0
+#define TILE_SCALE(head, s, t) (BLOCK_D(head, s) * (sq[t] - 8.0 * sx[t]))
+#else
+#define TILE_SCALE(head, s, t) (BLOCK_D(head, s) * sq[t] + BLOCK_M(head) * sx[t])
+#endif
+#define TILE_BLOCK(WORDF, ACC) { \
+    float sq[TOKENS]; \
+    for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0; \
+    for (uint i = 0u; i < 4u; ++i) { \
+        uint word = QUANT_WORD(WORDF(base + i), WORDF(base + i + 1u), s); \
+        vec4 lo = bytes4(word & 0x0F0F0F0Fu); \
+        vec4 hi = bytes4((word >> 4u) & 0x0F0F0F0Fu); \
+        for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(lo, xv[t * 8u + i]) + dot(hi, xv[t * 8u + i + 4u]); \
+    } \
+    uint head = WORDF(base); \
+    for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += TILE_SCALE(head, s, t); }
+#endif
 
 #if TOKENS == 1
 // One token at a time (decode, and GPUs): x's block loaded once for the ROWS rows, every m in turn.
@@ -62,24 +140,15 @@ void main() {
         for (uint m = 0u; m < M; ++m) {
             float acc[ROWS];
             for (uint r = 0u; r < ROWS; ++r) acc[r] = 0.0;
+#if GATED
+            float accu[ROWS];
+            for (uint r = 0u; r < ROWS; ++r) accu[r] = 0.0;
+#endif
             for (uint b = 0u; b < nb; ++b) {
                 uint xb = (m * K + b * 32u) / 4u;  // x as vec4: 8 per block
 #if QTYPE == 2
                 vec4 xv[8];
                 for (uint i = 0u; i < 8u; ++i) xv[i] = X4(xb + i);
-                for (uint r = 0u; r < ROWS; ++r) {
-                    uint blk = min(first + r, N - 1u) * nb + b;
-                    uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
-                    uint head = WORD(base), prev = head;
-                    float sq = 0.0;
-                    for (uint i = 0u; i < 8u; ++i) {
-                        uint next = WORD(base + 1u + i);
-                        vec4 q = bytes4(QUANT_WORD(prev, next, s));
-                        prev = next;
-                        sq += dot(q - 256.0 * vec4(greaterThanEqual(q, vec4(128.0))), xv[i]);
-                    }
-                    acc[r] += BLOCK_D(head, s) * sq;
-                }
 #else
                 vec4 lo[4], hi[4];
                 vec4 sx = vec4(0.0);
@@ -89,27 +158,22 @@ void main() {
                     sx += lo[i] + hi[i];
                 }
                 float sxs = sx.x + sx.y + sx.z + sx.w;
+#endif
                 for (uint r = 0u; r < ROWS; ++r) {
                     uint blk = min(first + r, N - 1u) * nb + b;
                     uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
-                    uint head = WORD(base), prev = head;
-                    float sq = 0.0;
-                    for (uint i = 0u; i < 4u; ++i) {
-                        uint next = WORD(base + 1u + i);
-                        uint word = QUANT_WORD(prev, next, s);
-                        prev = next;
-                        sq += dot(bytes4(word & 0x0F0F0F0Fu), lo[i]) + dot(bytes4((word >> 4u) & 0x0F0F0F0Fu), hi[i]);
-                    }
-#if QTYPE == 0
-                    acc[r] += BLOCK_D(head, s) * (sq - 8.0 * sxs);
-#else
-                    acc[r] += BLOCK_D(head, s) * sq + BLOCK_M(head) * sxs;
+                    ROW_BLOCK(WORD, acc[r])
+#if GATED
+                    ROW_BLOCK(UWORD, accu[r])
 #endif
                 }
-#endif
             }
             for (uint r = 0u; r < ROWS && first + r < N; ++r) {
+#if GATED
+                STORE_GATED(m * ldy + n0 + first + r, acc[r], accu[r]);
+#else
                 STORE(m * ldy + n0 + first + r, acc[r]);
+#endif
             }
         }
     }
@@ -125,6 +189,10 @@ void main() {
         uint m0 = (o / groups) * TOKENS;
         float acc[ROWS * TOKENS];
         for (uint a = 0u; a < ROWS * TOKENS; ++a) acc[a] = 0.0;
+#if GATED
+        float accu[ROWS * TOKENS];
+        for (uint a = 0u; a < ROWS * TOKENS; ++a) accu[a] = 0.0;
+#endif
         for (uint b = 0u; b < nb; ++b) {
             vec4 xv[TOKENS * 8];  // this block's 32 x values of each token, and their sums
             float sx[TOKENS];
@@ -140,43 +208,19 @@ void main() {
             for (uint r = 0u; r < ROWS; ++r) {
                 uint blk = min(first + r, N - 1u) * nb + b;
                 uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
-                float sq[TOKENS];  // per token: the block's quants . x
-                for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0;
-#if QTYPE == 2
-                // unrolled: lavapipe left this loop rolled once the quant words were spliced, and
-                // kept xv in memory (3x slower)
-                [[unroll]] for (uint i = 0u; i < 8u; ++i) {
-                    vec4 q = bytes4(QUANT_WORD(WORD(base + i), WORD(base + i + 1u), s));
-                    q -= 256.0 * vec4(greaterThanEqual(q, vec4(128.0)));
-                    for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + i]);
-                }
-#else
-                for (uint i = 0u; i < 4u; ++i) {
-                    uint word = QUANT_WORD(WORD(base + i), WORD(base + i + 1u), s);
-                    vec4 lo = bytes4(word & 0x0F0F0F0Fu);
-                    vec4 hi = bytes4((word >> 4u) & 0x0F0F0F0Fu);
-                    for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(lo, xv[t * 8u + i]) + dot(hi, xv[t * 8u + i + 4u]);
-                }
+                TILE_BLOCK(WORD, acc)
+#if GATED
+                TILE_BLOCK(UWORD, accu)
 #endif
-                uint head = WORD(base);
-                float d = BLOCK_D(head, s);
-#if QTYPE == 1
-                float mn = BLOCK_M(head);
-#endif
-                for (uint t = 0u; t < TOKENS; ++t) {
-#if QTYPE == 0
-                    acc[r * TOKENS + t] += d * (sq[t] - 8.0 * sx[t]);
-#elif QTYPE == 1
-                    acc[r * TOKENS + t] += d * sq[t] + mn * sx[t];
-#else
-                    acc[r * TOKENS + t] += d * sq[t];
-#endif
-                }
             }
         }
         for (uint t = 0u; t < TOKENS && m0 + t < M; ++t) {
             for (uint r = 0u; r < ROWS && first + r < N; ++r) {
+#if GATED
+                STORE_GATED((m0 + t) * ldy + n0 + first + r, acc[r * TOKENS + t], accu[r * TOKENS + t]);
+#else
                 STORE((m0 + t) * ldy + n0 + first + r, acc[r * TOKENS + t]);
+#endif
             }
         }
     }

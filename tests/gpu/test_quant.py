@@ -95,6 +95,38 @@ def test_linear_with_residual(device, compiler, monkeypatch, m, cpu_kernels):
     np.testing.assert_allclose(out["yr"], res + np.maximum(x.astype(np.float64) @ deq.T, 0), rtol=1e-4, atol=1e-4)
 
 
+def silu(v):
+    return v / (1 + np.exp(-v))
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("n,k,m", [(1, 32, 1), (33, 96, 19), (64, 576, 9)])
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
+def test_gated_linear(device, compiler, monkeypatch, fmt, n, k, m, cpu_kernels):
+    """silu(x @ gate.T) * (x @ up.T) in one dispatch for GGML weights of one format and shape
+    (one token and tiles, both layouts); fp32 weights, or a gate and an up of different formats,
+    as two linears and silu_mul: numpy's result either way."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
+    (gq, gd), (uq, ud) = quantized(fmt, n, k, 1), quantized(fmt, n, k, 2)
+    other = "q8_0" if fmt != "q8_0" else "q4_0"
+    oq, od = quantized(other, n, k, 3)
+    gf, uf = (np.random.default_rng(s).standard_normal((n, k)).astype(np.float32) for s in (4, 5))
+    x = np.random.default_rng(k).standard_normal((m, k)).astype(np.float32)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        xin = g.add_input(x.shape, np.float32, "x")
+        g.set_output(ops.gated_linear(g, xin, g.add_tensorref(gq, "g", quant=fmt), g.add_tensorref(uq, "u", quant=fmt)), "y")
+        assert [d.shader for d in g.execute_nodes] == ["linear_quant"] and g.execute_nodes[0].weights == 2
+        g.set_output(ops.gated_linear(g, xin, g.add_tensorref(gf, "gf"), g.add_tensorref(uf, "uf")), "yf")
+        g.set_output(ops.gated_linear(g, xin, g.add_tensorref(gq, "g2", quant=fmt), g.add_tensorref(oq, "o", quant=other)), "ym")
+        assert len(g.execute_nodes) > 3
+        g.run_prepack()
+        out = g.execute({"x": x})
+    x64 = x.astype(np.float64)
+    for key, gate, up in (("y", gd, ud), ("yf", gf, uf), ("ym", gd, od)):
+        ref = silu(x64 @ gate.T) * (x64 @ up.T)  # products of two sums of k terms: error to their scale
+        np.testing.assert_allclose(out[key], ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
 def test_quant_mismatch_is_named(device, compiler):
     from vkgraph.errors import PrepackMismatchError
 

@@ -158,7 +158,10 @@ class DispatchNode:
     #: for the run model (tools/simulate_run.py): how many times the dispatch streams its weight
     #: (binding 2): a linear reads it once per tile of tokens; 0: no weight
     weight_passes: int = 0
-    #: for the run model: a linear's tokens, weight rows (of this window) and inputs
+    #: for the run model: the weights a linear streams, of one format and shape (binding 2, and
+    #: a gated linear's binding 3)
+    weights: int = 1
+    #: for the run model: a linear's tokens, weight rows (of this window; of all its weights) and inputs
     linear_shape: tuple[int, int, int] = (0, 0, 0)
     #: for the run model: the invocations a linear's dispatch has (its work items); 0: not given
     invocations: int = 0

@@ -188,7 +188,7 @@ def build(g: ComputeGraph, f: GGUFFile | PublishedShapes, cfg: LlamaConfig, max_
                          causal=True, step=step)
             h = ops.linear(g, a, w(p + "attn_output.weight"), residual=h)
             n = ops.rms_norm(g, h, w(p + "ffn_norm.weight"), cfg.eps)
-            act = ops.silu_mul(g, ops.linear(g, n, w(p + "ffn_gate.weight")), ops.linear(g, n, w(p + "ffn_up.weight")))
+            act = ops.gated_linear(g, n, w(p + "ffn_gate.weight"), w(p + "ffn_up.weight"))
             h = ops.linear(g, act, w(p + "ffn_down.weight"), residual=h)
         return h
 

@@ -200,29 +200,52 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
 
 
 def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
-                  residual: ValueRef | None = None) -> None:
+                  residual: ValueRef | None = None, up: ValueRef | None = None) -> None:
     """The dispatches of a GGML-quantized linear, one per window of weight rows. On CPU renderers
     (lavapipe, SwiftShader) an invocation computes LINEAR_ROWS_CPU rows for up to
     LINEAR_TOKENS_CPU tokens, so a weight block is decoded once for all of them and x read once
     for all rows; the weight (and, with several tokens, x) is read as a uniform texel buffer where
     the device allows one that large: lavapipe runs a storage-buffer load inside a loop as a loop
     over the SIMD lanes, a texel fetch as one gather (glsl/linear_quant.glsl; figures in
-    benchmarks/gemv.py). On GPUs an invocation computes one row. ``residual`` is added to y."""
+    benchmarks/gemv.py). On GPUs an invocation computes one row. ``residual`` is added to y; with
+    ``up`` (a second weight of w's format and shape, within one binding) y is silu(x . w) * (x . up)
+    (gated_linear)."""
     w = g.values[w_ref]
     cpu = CPU_KERNELS and g.device.is_cpu
     rows, local = (LINEAR_ROWS_CPU, CPU_LOCAL) if cpu else (1, LOCAL_SIZE)
     tokens = min(LINEAR_TOKENS_CPU, m) if cpu else 1
     x_texel = tokens > 1 and _texel_ok(g, x, m * k * 4, 16)
     extra = [_buffer(g, residual, "linear residual")[0]] if residual is not None else []
+    weights = 1 if up is None else 2
     for r0, r1, wb in _row_windows(g, w_ref, n):
         texel = cpu and _texel_ok(g, wb, w.nbytes, 4)
         work = -(-(r1 - r0) // rows) * -(-m // tokens)
-        g.add_dispatch(DispatchNode("linear_quant", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
+        g.add_dispatch(DispatchNode("linear_quant", [y, x, wb, *extra, *([up] if up is not None else [])],
+                                    struct.pack("<IIIII", m, r1 - r0, k, r0, n),
                                     {0: local}, (dispatch_groups(work, local, g.max_groups_x), 1, 1),
                                     {"QTYPE": FORMATS[w.layout].qtype, "ROWS": rows, "TOKENS": tokens,
-                                     "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra)},
-                                    texels=({1: "rgba32f"} if x_texel else {}) | ({2: "r32ui"} if texel else {}),
-                                    weight_passes=-(-m // tokens), linear_shape=(m, r1 - r0, k), invocations=work))
+                                     "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra),
+                                     "GATED": int(up is not None)},
+                                    texels=({1: "rgba32f"} if x_texel else {}) | ({2: "r32ui"} if texel else {})
+                                    | ({3: "r32ui"} if texel and up is not None else {}),
+                                    weight_passes=-(-m // tokens), weights=weights,
+                                    linear_shape=(m, weights * (r1 - r0), k), invocations=work))
+
+
+def gated_linear(g: ComputeGraph, x: ValueRef, w_gate: ValueRef, w_up: ValueRef) -> ValueRef:
+    """``silu(x @ w_gate.T) * (x @ w_up.T)``, a Llama MLP's SwiGLU. One dispatch where both weights
+    are GGML blocks of one format and shape, each within one binding (x read once for both, no
+    separate silu_mul pass: glsl/linear_quant.glsl GATED); else two linears and silu_mul."""
+    x, xt = _buffer(g, x, "gated_linear input")
+    wg, wu = _weight(g, w_gate, "linear_4x4"), _weight(g, w_up, "linear_4x4")
+    tg, tu = g.values[wg], g.values[wu]
+    if (tg.layout in FORMATS and tu.layout == tg.layout and tg.shape == tu.shape and len(xt.shape) == 2
+            and xt.shape[1] == tg.shape[1] and max(tg.nbytes, tu.nbytes) <= g.max_binding_nbytes):
+        (m, k), n = xt.shape, tg.shape[0]
+        y = g.add_tensor((m, n), np.float32)
+        _linear_quant(g, y, x, wg, m, n, k, up=wu)
+        return y
+    return silu_mul(g, linear(g, x, wg), linear(g, x, wu))
 
 
 def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:

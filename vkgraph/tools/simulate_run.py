@@ -112,7 +112,7 @@ def linear_terms(g: ComputeGraph, node: DispatchNode, threads: int = 0) -> tuple
     renderer of ``threads``. Calibration fits the rates to these."""
     m, rows, k = node.linear_shape
     f = waves_factor(node, threads)
-    return (f * node.weight_passes * rows, f * node.weight_passes * binding_nbytes(g, node.args[2]),
+    return (f * node.weight_passes * rows, f * node.weight_passes * node.weights * binding_nbytes(g, node.args[2]),
             f * (m - node.weight_passes) * rows * k)
 
 
