@@ -307,17 +307,17 @@ def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, neox, t, head
               for n in "qkv"} | {"step": np.array([pos, 0], np.uint32)} for pos in (0, 4)]
     with ComputeGraph(device=device, compiler=compiler) as g:
         kc, vc = (g.prepack_tensor(g.add_tensorref(c.copy(), name)) for c, name in ((kc0, "kc"), (vc0, "vc")))
-        q, k, v = (g.add_input((t, (heads if n == "q" else kv_heads) * dh), np.float32, n) for n in "qkv")
+        qkv = g.add_input((t, (heads + 2 * kv_heads) * dh), np.float32, "qkv")
         step = g.add_input((2,), np.uint32, "step")
         table = ops.rope_table(g, 8, dh, theta=1e4)
-        g.set_output(ops.rope_kv(g, q, k, v, step, table, kc, vc, heads=heads, kv_heads=kv_heads, neox=neox), "q")
+        g.set_output(ops.rope_kv(g, qkv, step, table, kc, vc, heads=heads, kv_heads=kv_heads, neox=neox), "q")
         g.set_output(kc, "kc")
         g.set_output(vc, "vc")
         assert len(g.execute_nodes) == 1
         g.run_prepack()
         kexp, vexp = kc0.copy(), vc0.copy()
         for f in feeds:
-            out = g.execute(f)
+            out = g.execute({"qkv": np.concatenate([f["q"], f["k"], f["v"]], axis=1), "step": f["step"]})
             pos = int(f["step"][0])
             np.testing.assert_allclose(out["q"], rope_reference(f["q"], pos, heads, 1e4, neox), rtol=1e-5, atol=1e-5)
             n = min(t, rows - pos)
@@ -329,13 +329,13 @@ def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, neox, t, head
 
 def test_rope_kv_checks_its_shapes(device, compiler):
     with ComputeGraph(device=device, compiler=compiler) as g:
-        q, k = g.add_input((2, 16), np.float32, "q"), g.add_input((2, 8), np.float32, "k")
+        qkv = g.add_input((2, 32), np.float32, "qkv")  # 4 heads, 2 kv heads of 4
         step = g.add_input((2,), np.uint32, "step")
         table, cache = ops.rope_table(g, 4, 4), g.add_tensor((4, 8), np.float32, "c")
-        with pytest.raises(ValueError, match=r"rope_kv: k \(2, 8\) and v \(2, 4\) must be \(2, 2 x 4\)"):
-            ops.rope_kv(g, q, k, g.add_input((2, 4), np.float32, "v"), step, table, cache, cache, heads=4, kv_heads=2)
+        with pytest.raises(ValueError, match=r"rope_kv: qkv \(2, 28\) is not \(2, \(4 \+ 2 x 2\) x 4\)"):
+            ops.rope_kv(g, g.add_input((2, 28), np.float32, "short"), step, table, cache, cache, heads=4, kv_heads=2)
         with pytest.raises(ValueError, match=r"rope_kv: caches \(4, 8\) and \(4, 4\) must be \[rows, 8\]"):
-            ops.rope_kv(g, q, k, k, step, table, cache, g.add_tensor((4, 4), np.float32), heads=4, kv_heads=2)
+            ops.rope_kv(g, qkv, step, table, cache, g.add_tensor((4, 4), np.float32), heads=4, kv_heads=2)
 
 
 @pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-kernels", "gpu-kernels"])

@@ -127,6 +127,36 @@ def test_gated_linear(device, compiler, monkeypatch, fmt, n, k, m, cpu_kernels):
         np.testing.assert_allclose(out[key], ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("m", [1, 19])
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
+def test_stacked_linear(device, compiler, monkeypatch, m, cpu_kernels):
+    """x times weights stacked row after row (a layer's q, k, v): GGML weights of one format as
+    one weight packed from their sources' bytes and one dispatch; other mixes as a linear per
+    weight copied into its columns; numpy's result either way."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
+    k = 96
+    parts = [quantized("q4_1", n, k, n) for n in (40, 8, 8)]
+    q8 = quantized("q8_0", 8, k, 3)
+    dense = np.random.default_rng(4).standard_normal((16, k)).astype(np.float32)
+    x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        xin = g.add_input(x.shape, np.float32, "x")
+        refs = [g.add_tensorref(raw, f"w{i}", quant="q4_1") for i, (raw, _) in enumerate(parts)]
+        g.set_output(ops.stacked_linear(g, xin, refs), "y")
+        assert [n.shader for n in g.execute_nodes] == ["linear_quant"] and len(g.prepack_nodes) == 1
+        assert g.values[g.prepack_nodes[0].src].name == "w0+w1+w2"
+        mixed = [g.add_tensorref(parts[0][0], "m0", quant="q4_1"), g.add_tensorref(q8[0], "m1", quant="q8_0"),
+                 g.add_tensorref(dense, "m2")]
+        g.set_output(ops.stacked_linear(g, xin, mixed), "ym")
+        g.run_prepack()
+        np.testing.assert_array_equal(g.read_tensor(g.prepack_nodes[0].dst),
+                                      ref_packed(np.concatenate([raw for raw, _ in parts])))
+        out = g.execute({"x": x})
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(out["y"], x64 @ np.concatenate([d for _, d in parts]).T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out["ym"], x64 @ np.concatenate([parts[0][1], q8[1], dense]).T, rtol=1e-4, atol=1e-4)
+
+
 def test_quant_mismatch_is_named(device, compiler):
     from vkgraph.errors import PrepackMismatchError
 

@@ -75,8 +75,9 @@ def test_faster_device_loads_faster():
 def test_shape_only_llama_specs():
     """Published configs go through the real llama builder on a recording graph."""
     nodes = model_nodes("llama-3.2-1b:q4_0")
-    # embedding, 16 layers of 9 weights, output norm, and the key mask and RoPE table the builder packs
-    assert len(nodes) == 1 + 16 * 9 + 1 + 2 and {"kv_mask", "rope_table.64.500000"} <= {n.name for n in nodes}
+    # embedding, 16 layers of 7 weights (q, k and v stacked as one), output norm, and the key mask
+    # and RoPE table the builder packs
+    assert len(nodes) == 1 + 16 * 7 + 1 + 2 and {"kv_mask", "rope_table.64.500000"} <= {n.name for n in nodes}
     params = sum(n.src_nbytes for n in nodes if n.packer == "q4_0") / 18 * 32
     assert 0.9e9 < params < 1.1e9  # the 1B model's matrices besides the embedding
     eight = {n.name: n for n in model_nodes("llama-3-8b:q4_0")}

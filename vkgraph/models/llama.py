@@ -182,8 +182,8 @@ def build(g: ComputeGraph, f: GGUFFile | PublishedShapes, cfg: LlamaConfig, max_
         for i, (k_cache, v_cache) in enumerate(caches):
             p = f"blk.{i}."
             n = ops.rms_norm(g, h, w(p + "attn_norm.weight"), cfg.eps)
-            q, k, v = (ops.linear(g, n, w(p + f"attn_{x}.weight")) for x in "qkv")
-            q = ops.rope_kv(g, q, k, v, step, angles, k_cache, v_cache, heads=cfg.heads, kv_heads=cfg.kv_heads)
+            qkv = ops.stacked_linear(g, n, [w(p + f"attn_{x}.weight") for x in "qkv"])
+            q = ops.rope_kv(g, qkv, step, angles, k_cache, v_cache, heads=cfg.heads, kv_heads=cfg.kv_heads)
             a = ops.sdpa(g, q, k_cache, v_cache, heads=cfg.heads, kv_heads=cfg.kv_heads, key_mask=keys_visible,
                          causal=True, step=step)
             h = ops.linear(g, a, w(p + "attn_output.weight"), residual=h)

@@ -13,7 +13,8 @@ from ..ggml import FORMATS
 from ..graph.compute_graph import ComputeGraph
 from ..graph.nodes import DispatchNode, dispatch_groups
 from ..graph.scheduler import align_up
-from ..graph.values import PACKED_DIM, TEXTURE_LAYOUTS, Tensor, TensorRef, ValueRef, contiguous_strides, gather_params
+from ..graph.values import (PACKED_DIM, TEXTURE_LAYOUTS, LazySource, Tensor, TensorRef, ValueRef, contiguous_strides,
+                             gather_params)
 from ..graph.windows import row_windows
 
 LOCAL_SIZE = 64
@@ -230,6 +231,42 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                     | ({3: "r32ui"} if texel and up is not None else {}),
                                     weight_passes=-(-m // tokens), weights=weights,
                                     linear_shape=(m, weights * (r1 - r0), k), invocations=work))
+
+
+def stacked_linear(g: ComputeGraph, x: ValueRef, weights: Sequence[ValueRef]) -> ValueRef:
+    """``x`` times the ``weights`` (``[N_i, K]`` each) stacked row after row: ``y [M, sum N_i]``,
+    each weight's outputs in its columns, in order (a decoder layer's q, k and v projections).
+    GGML weights of one format, not packed yet, become one weight at load (their sources' bytes
+    one after another) read by one linear dispatch: fewer dispatches, and more rows to share out
+    among a CPU renderer's threads than 192 (SmolLM2's k and v) give. Otherwise a linear per
+    weight, copied into its columns."""
+    x, xt = _buffer(g, x, "stacked_linear input")
+    refs = [g.values[w] for w in weights]
+    if (len(refs) > 1 and all(isinstance(r, TensorRef) and r.quant for r in refs)
+            and len({(r.quant, r.shape[1:], r.dtype) for r in refs}) == 1):
+        name = "+".join(r.name for r in refs)
+        if name in g.names:  # stacked for another entry point already: packed once
+            return linear(g, x, g.names[name])
+        sources = [r.source for r in refs]
+        nbytes = sum(r.nbytes for r in refs)
+
+        def load() -> np.ndarray:
+            return np.concatenate([s.read() for s in sources])
+
+        def release() -> None:
+            for s in sources:
+                s.release()
+        stacked = g.add_tensorref(LazySource(nbytes, load, release), name,
+                                  shape=(sum(r.shape[0] for r in refs), *refs[0].shape[1:]), dtype=refs[0].dtype,
+                                  quant=refs[0].quant)
+        return linear(g, x, stacked)
+    parts = [linear(g, x, w) for w in weights]
+    widths = [g.values[p].shape[1] for p in parts]
+    m, n = xt.shape[0], sum(widths)
+    y = g.add_tensor((m, n), np.float32)
+    for p, col, width in zip(parts, np.cumsum([0, *widths[:-1]]), widths):
+        strided_copy(g, y, p, (m, width), (width, 1), (n, 1), out_base=int(col))
+    return y
 
 
 def gated_linear(g: ComputeGraph, x: ValueRef, w_gate: ValueRef, w_up: ValueRef) -> ValueRef:
@@ -523,33 +560,34 @@ def rotary(g: ComputeGraph, x: ValueRef, cos: ValueRef, sin: ValueRef, step: Val
     return out
 
 
-def rope_kv(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, step: ValueRef, table: ValueRef,
-            k_cache: ValueRef, v_cache: ValueRef, *, heads: int, kv_heads: int, neox: bool = False) -> ValueRef:
+def rope_kv(g: ComputeGraph, qkv: ValueRef, step: ValueRef, table: ValueRef, k_cache: ValueRef,
+            v_cache: ValueRef, *, heads: int, kv_heads: int, neox: bool = False) -> ValueRef:
     """What a decoder layer does between its projections and attention, in one dispatch
-    (glsl/rope_kv.glsl; ET-VK fuses the same): returns :func:`rope` of ``q`` ``[T, heads*Dh]``
-    and writes :func:`rope` of ``k`` and ``v`` (``[T, kv_heads*Dh]``) into rows ``step[0]..`` of
-    the caches, as :func:`kv_write` does."""
-    (q, qt), (k, kt), (v, vt) = (_buffer(g, r, f"rope_kv {n}") for r, n in ((q, "q"), (k, "k"), (v, "v")))
+    (glsl/rope_kv.glsl; ET-VK fuses the same). ``qkv`` ``[T, (heads + 2 kv_heads) Dh]`` holds
+    q, k and v side by side (:func:`stacked_linear` of their weights); returns :func:`rope` of q
+    ``[T, heads Dh]`` and writes :func:`rope` of k and v into rows ``step[0]..`` of the caches
+    ``[rows, kv_heads Dh]``, as :func:`kv_write` does."""
+    qkv, qt = _buffer(g, qkv, "rope_kv qkv")
     _step(g, step, "rope_kv")
-    t = qt.shape[0]
-    if qt.shape[1] % heads or (qt.shape[1] // heads) % 2:
-        raise ValueError(f"rope_kv: q width {qt.shape[1]} is not {heads} heads of an even size")
-    dh = qt.shape[1] // heads
-    width = kv_heads * dh
-    if kt.shape != (t, width) or vt.shape != (t, width):
-        raise ValueError(f"rope_kv: k {kt.shape} and v {vt.shape} must be ({t}, {kv_heads} x {dh})")
     ct, vct = _tensor(g, k_cache, "k cache"), _tensor(g, v_cache, "v cache")
-    if ct.shape[1:] != (width,) or vct.shape != ct.shape:
+    if len(qt.shape) != 2 or len(ct.shape) != 2 or ct.shape[1] % kv_heads:
+        raise ValueError(f"rope_kv: qkv {qt.shape} and k cache {ct.shape} must be 2-D, the cache [rows, {kv_heads} x Dh]")
+    width = ct.shape[1]
+    dh = width // kv_heads
+    t = qt.shape[0]
+    if qt.shape[1] != (heads + 2 * kv_heads) * dh or dh % 2:
+        raise ValueError(f"rope_kv: qkv {qt.shape} is not ({t}, ({heads} + 2 x {kv_heads}) x {dh}) (an even head size)")
+    if vct.shape != ct.shape:
         raise ValueError(f"rope_kv: caches {ct.shape} and {vct.shape} must be [rows, {width}]")
     tt = g.values[table]
     if tt.dtype != np.float32 or len(tt.shape) != 3 or tt.shape[1:] != (dh // 2, 2):
         raise ValueError(f"rope_kv: table {tt.shape} {tt.dtype} is not [positions, {dh // 2}, 2] float32")
-    out = g.add_tensor(qt.shape, np.float32)
+    out = g.add_tensor((t, heads * dh), np.float32)
     work = t * (heads + 2 * kv_heads) * dh // 2
-    g.add_dispatch(DispatchNode("rope_kv", [out, q, k, v, step, table, k_cache, v_cache],
+    g.add_dispatch(DispatchNode("rope_kv", [out, qkv, step, table, k_cache, v_cache],
                                 struct.pack("<6I", t, heads, kv_heads, dh, tt.shape[0], ct.shape[0]),
                                 {0: LOCAL_SIZE}, _groups(g, work), {"NEOX": int(neox)},
-                                moved_nbytes=2 * (qt.nbytes + kt.nbytes + vt.nbytes)))
+                                moved_nbytes=2 * qt.nbytes))
     return out
 
 
