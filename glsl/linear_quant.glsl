@@ -111,10 +111,13 @@ vec4 bytes4(uint word) {
     float d = BLOCK_D(WORDF(base), s); \
     for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += d * sq[t]; }
 #else
+// the block's scale (and Q4_1's minimum) decoded once per block, not once per token
 #if QTYPE == 0
-#define TILE_SCALE(head, s, t) (BLOCK_D(head, s) * (sq[t] - 8.0 * sx[t]))
+#define TILE_SCALES(head, s) float d = BLOCK_D(head, s);
+#define TILE_SCALE(t) (d * (sq[t] - 8.0 * sx[t]))
 #else
-#define TILE_SCALE(head, s, t) (BLOCK_D(head, s) * sq[t] + BLOCK_M(head) * sx[t])
+#define TILE_SCALES(head, s) float d = BLOCK_D(head, s), mn = BLOCK_M(head);
+#define TILE_SCALE(t) (d * sq[t] + mn * sx[t])
 #endif
 #define TILE_BLOCK(WORDF, ACC) { \
     float sq[TOKENS]; \
@@ -125,8 +128,8 @@ vec4 bytes4(uint word) {
         vec4 hi = bytes4((word >> 4u) & 0x0F0F0F0Fu); \
         for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(lo, xv[t * 8u + i]) + dot(hi, xv[t * 8u + i + 4u]); \
     } \
-    uint head = WORDF(base); \
-    for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += TILE_SCALE(head, s, t); }
+    TILE_SCALES(WORDF(base), s) \
+    for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += TILE_SCALE(t); }
 #endif
 
 #if TOKENS == 1
