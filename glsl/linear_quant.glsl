@@ -64,6 +64,19 @@ vec4 bytes4(uint word) {
 #define STORE_GATED(at, v, w) y[at] = (v) / (1.0 + exp(-(v))) * (w)
 #endif
 
+// A block's share of y from its quants . x (q) and x's sum (x): BLOCK_SCALES declares the
+// block's scale d (and Q4_1's minimum mn), decoded once per block, SCALED applies them.
+#if QTYPE == 0
+#define BLOCK_SCALES(head, s) float d = BLOCK_D(head, s);
+#define SCALED(q, x) (d * ((q) - 8.0 * (x)))
+#elif QTYPE == 1
+#define BLOCK_SCALES(head, s) float d = BLOCK_D(head, s), mn = BLOCK_M(head);
+#define SCALED(q, x) (d * (q) + mn * (x))
+#else
+#define BLOCK_SCALES(head, s) float d = BLOCK_D(head, s);
+#define SCALED(q, x) (d * (q))
+#endif
+
 // One token: the block at word base (bit shift s) of a row, read through WORDF, dotted with x
 // (xv: its 32 values; Q4: lo and hi, the sum sxs), added to ACC.
 #if QTYPE == 2
@@ -76,13 +89,9 @@ vec4 bytes4(uint word) {
         prev = next; \
         sq += dot(q - 256.0 * vec4(greaterThanEqual(q, vec4(128.0))), xv[i]); \
     } \
-    ACC += BLOCK_D(head, s) * sq; }
+    BLOCK_SCALES(head, s) \
+    ACC += SCALED(sq, 0.0); }
 #else
-#if QTYPE == 0
-#define ROW_SCALE(head, s, sq) (BLOCK_D(head, s) * ((sq) - 8.0 * sxs))
-#else
-#define ROW_SCALE(head, s, sq) (BLOCK_D(head, s) * (sq) + BLOCK_M(head) * sxs)
-#endif
 #define ROW_BLOCK(WORDF, ACC) { \
     uint head = WORDF(base), prev = head; \
     float sq = 0.0; \
@@ -92,7 +101,8 @@ vec4 bytes4(uint word) {
         prev = next; \
         sq += dot(bytes4(word & 0x0F0F0F0Fu), lo[i]) + dot(bytes4((word >> 4u) & 0x0F0F0F0Fu), hi[i]); \
     } \
-    ACC += ROW_SCALE(head, s, sq); }
+    BLOCK_SCALES(head, s) \
+    ACC += SCALED(sq, sxs); }
 #endif
 
 // TOKENS tokens: the block at word base (bit shift s) of row r, read through WORDF, dotted with
@@ -108,17 +118,9 @@ vec4 bytes4(uint word) {
         q -= 256.0 * vec4(greaterThanEqual(q, vec4(128.0))); \
         for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + i]); \
     } \
-    float d = BLOCK_D(WORDF(base), s); \
-    for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += d * sq[t]; }
+    BLOCK_SCALES(WORDF(base), s) \
+    for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += SCALED(sq[t], sx[t]); }
 #else
-// the block's scale (and Q4_1's minimum) decoded once per block, not once per token
-#if QTYPE == 0
-#define TILE_SCALES(head, s) float d = BLOCK_D(head, s);
-#define TILE_SCALE(t) (d * (sq[t] - 8.0 * sx[t]))
-#else
-#define TILE_SCALES(head, s) float d = BLOCK_D(head, s), mn = BLOCK_M(head);
-#define TILE_SCALE(t) (d * sq[t] + mn * sx[t])
-#endif
 #define TILE_BLOCK(WORDF, ACC) { \
     float sq[TOKENS]; \
     for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0; \
@@ -128,8 +130,8 @@ vec4 bytes4(uint word) {
         vec4 hi = bytes4((word >> 4u) & 0x0F0F0F0Fu); \
         for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(lo, xv[t * 8u + i]) + dot(hi, xv[t * 8u + i + 4u]); \
     } \
-    TILE_SCALES(WORDF(base), s) \
-    for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += TILE_SCALE(t); }
+    BLOCK_SCALES(WORDF(base), s) \
+    for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += SCALED(sq[t], sx[t]); }
 #endif
 
 #if TOKENS == 1
