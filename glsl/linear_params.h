@@ -7,4 +7,7 @@ layout(push_constant) uniform Params {
     uint K;
     uint n0;
     uint ldy;
+#if defined(NORM) && NORM
+    float eps;  // linear_quant.glsl's RMSNorm
+#endif
 };

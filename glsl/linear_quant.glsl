@@ -8,6 +8,10 @@
 // a loop as a loop over its SIMD lanes, a texel fetch as one gather. RESIDUAL adds res (shaped as
 // y) to y. GATED (a Llama MLP's gate and up projections in one dispatch, x read once for both):
 // y = silu(x . W[n]) * (x . U[n]), U a second weight of W's format and shape (binding 3).
+// NORM (one token at a time only): x is RMS-normalized first, x / sqrt(mean(x^2) + eps) * g (g:
+// the norm's weight, the next binding): x * g goes into the dot products and the sum of x^2 taken
+// as x is read scales y at the end, so the norm costs no dispatch of its own. (In tiles every
+// invocation would normalize its tokens again: a batch runs the norm apart, once.)
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "quant_blocks.h"
@@ -47,6 +51,21 @@ layout(set = 0, binding = 3) readonly buffer Uq { uint u[]; };
 
 #if RESIDUAL
 layout(set = 0, binding = 3) readonly buffer Res { float res[]; };
+#endif
+#if NORM
+#if G_TEXEL
+layout(set = 0, binding = 3 + RESIDUAL + GATED) uniform samplerBuffer gt;
+#define G4(i) texelFetch(gt, int(i))
+#else
+layout(set = 0, binding = 3 + RESIDUAL + GATED) readonly buffer G { vec4 g4[]; };
+#define G4(i) g4[i]
+#endif
+// x's vec4 v as the dot products take it (times gv, the norm weight's), its squares added to SS
+#define XN(v, gv, SS) { SS += dot(v, v); v *= (gv); }
+#define RMS(SS) inversesqrt((SS) / float(K) + eps)
+#else
+#define XN(v, gv, SS)
+#define RMS(SS) 1.0
 #endif
 
 #include "linear_params.h"
@@ -149,17 +168,23 @@ void main() {
             float accu[ROWS];
             for (uint r = 0u; r < ROWS; ++r) accu[r] = 0.0;
 #endif
+            float ss = 0.0;
             for (uint b = 0u; b < nb; ++b) {
                 uint xb = (m * K + b * 32u) / 4u;  // x as vec4: 8 per block
 #if QTYPE == 2
                 vec4 xv[8];
-                for (uint i = 0u; i < 8u; ++i) xv[i] = X4(xb + i);
+                [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+                    xv[i] = X4(xb + i);
+                    XN(xv[i], G4(b * 8u + i), ss)
+                }
 #else
                 vec4 lo[4], hi[4];
                 vec4 sx = vec4(0.0);
-                for (uint i = 0u; i < 4u; ++i) {
+                [[unroll]] for (uint i = 0u; i < 4u; ++i) {
                     lo[i] = X4(xb + i);
                     hi[i] = X4(xb + i + 4u);
+                    XN(lo[i], G4(b * 8u + i), ss)
+                    XN(hi[i], G4(b * 8u + i + 4u), ss)
                     sx += lo[i] + hi[i];
                 }
                 float sxs = sx.x + sx.y + sx.z + sx.w;
@@ -173,11 +198,12 @@ void main() {
 #endif
                 }
             }
+            float inv = RMS(ss);
             for (uint r = 0u; r < ROWS && first + r < N; ++r) {
 #if GATED
-                STORE_GATED(m * ldy + n0 + first + r, acc[r], accu[r]);
+                STORE_GATED(m * ldy + n0 + first + r, acc[r] * inv, accu[r] * inv);
 #else
-                STORE(m * ldy + n0 + first + r, acc[r]);
+                STORE(m * ldy + n0 + first + r, acc[r] * inv);
 #endif
             }
         }

@@ -157,6 +157,51 @@ def test_stacked_linear(device, compiler, monkeypatch, m, cpu_kernels):
     np.testing.assert_allclose(out["ym"], x64 @ np.concatenate([parts[0][1], q8[1], dense]).T, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("m", [1, 19])
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
+def test_linears_with_rms_norm(device, compiler, monkeypatch, fmt, m, cpu_kernels):
+    """``norm=``: x RMS-normalized inside the GGML linear's dispatch one token at a time (alone, with
+    a residual, gated, stacked; both layouts), in a dispatch of its own before tiles of tokens and
+    before an fp32 linear: numpy's rms_norm then matmul either way; a norm weight of the wrong
+    size is named."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
+    n, k, eps = 40, 96, 1e-5
+    (wq, wd), (gq, gd), (uq, ud) = (quantized(fmt, n, k, s) for s in (1, 2, 3))
+    parts = [quantized(fmt, rows, k, 10 + rows) for rows in (24, 8)]
+    dense = np.random.default_rng(4).standard_normal((n, k)).astype(np.float32)
+    rng = np.random.default_rng(m)
+    x = (3 * rng.standard_normal((m, k)) + 1).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        xin, rin = g.add_input(x.shape, np.float32, "x"), g.add_input(res.shape, np.float32, "r")
+        norm = (g.add_tensorref(gamma, "norm"), eps)
+        g.set_output(ops.linear(g, xin, g.add_tensorref(wq, "w", quant=fmt), norm=norm), "y")
+        g.set_output(ops.linear(g, xin, g.add_tensorref(wq, "w2", quant=fmt), residual=rin, norm=norm), "yr")
+        g.set_output(ops.gated_linear(g, xin, g.add_tensorref(gq, "g", quant=fmt), g.add_tensorref(uq, "u", quant=fmt),
+                                      norm=norm), "yg")
+        g.set_output(ops.stacked_linear(g, xin, [g.add_tensorref(raw, f"s{i}", quant=fmt) for i, (raw, _) in enumerate(parts)],
+                                        norm=norm), "ys")
+        # one token at a time the norm is in the linear's dispatch; tiles of tokens (several tokens
+        # on a CPU renderer) run it once before
+        fused = m == 1 or not (cpu_kernels and device.is_cpu)
+        norms = [d.shader for d in g.execute_nodes if d.shader != "linear_quant"]
+        assert len(g.execute_nodes) - len(norms) == 4 and len(norms) == (0 if fused else 4)
+        g.set_output(ops.linear(g, xin, g.add_tensorref(dense, "wf"), norm=norm), "yf")
+        assert g.execute_nodes[-2].shader in ("rms_norm", "norm_rows")
+        with pytest.raises(ValueError, match=r"rms_norm: weight \(95,\) does not match dimension 96"):
+            ops.linear(g, xin, g.add_tensorref(wq, "w3", quant=fmt), norm=(g.add_tensorref(gamma[:95], "bad"), eps))
+        g.run_prepack()
+        out = g.execute({"x": x, "r": res})
+    x64 = x.astype(np.float64)
+    xn = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * gamma
+    gated = silu(xn @ gd.T) * (xn @ ud.T)
+    for key, ref in (("y", xn @ wd.T), ("yr", res + xn @ wd.T), ("ys", xn @ np.concatenate([d for _, d in parts]).T),
+                     ("yf", xn @ dense.T), ("yg", gated)):
+        np.testing.assert_allclose(out[key], ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max(), err_msg=key)
+
+
 def test_quant_mismatch_is_named(device, compiler):
     from vkgraph.errors import PrepackMismatchError
 

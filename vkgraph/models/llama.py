@@ -181,19 +181,19 @@ def build(g: ComputeGraph, f: GGUFFile | PublishedShapes, cfg: LlamaConfig, max_
         h = ops.embedding(g, ids, token_embd)
         for i, (k_cache, v_cache) in enumerate(caches):
             p = f"blk.{i}."
-            n = ops.rms_norm(g, h, w(p + "attn_norm.weight"), cfg.eps)
-            qkv = ops.stacked_linear(g, n, [w(p + f"attn_{x}.weight") for x in "qkv"])
+            qkv = ops.stacked_linear(g, h, [w(p + f"attn_{x}.weight") for x in "qkv"],
+                                     norm=(w(p + "attn_norm.weight"), cfg.eps))
             q = ops.rope_kv(g, qkv, step, angles, k_cache, v_cache, heads=cfg.heads, kv_heads=cfg.kv_heads)
             a = ops.sdpa(g, q, k_cache, v_cache, heads=cfg.heads, kv_heads=cfg.kv_heads, key_mask=keys_visible,
                          causal=True, step=step)
             h = ops.linear(g, a, w(p + "attn_output.weight"), residual=h)
-            n = ops.rms_norm(g, h, w(p + "ffn_norm.weight"), cfg.eps)
-            act = ops.gated_linear(g, n, w(p + "ffn_gate.weight"), w(p + "ffn_up.weight"))
+            act = ops.gated_linear(g, h, w(p + "ffn_gate.weight"), w(p + "ffn_up.weight"),
+                                   norm=(w(p + "ffn_norm.weight"), cfg.eps))
             h = ops.linear(g, act, w(p + "ffn_down.weight"), residual=h)
         return h
 
     def head(h: ValueRef) -> ValueRef:
-        return ops.linear(g, ops.rms_norm(g, h, w("output_norm.weight"), cfg.eps), out_w)
+        return ops.linear(g, h, out_w, norm=(w("output_norm.weight"), cfg.eps))
 
     logits = head(decoder(g.add_input((1,), np.int32, "ids"), g.add_input((2,), np.uint32, "step")))
     g.set_output(logits, "logits")

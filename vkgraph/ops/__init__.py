@@ -100,17 +100,21 @@ def _groups(g: ComputeGraph, work: int) -> tuple[int, int, int]:
 
 
 LINEAR_ACTS = {"silu", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh"}  # linear(act=): unary ops without parameters
+#: an RMSNorm a linear applies to its input first: (its weight [K], eps)
+Norm = tuple[ValueRef, float]
 
 
 def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None = None,
-           residual: ValueRef | None = None, act: str = "", layout: str | None = None) -> ValueRef:
+           residual: ValueRef | None = None, act: str = "", layout: str | None = None,
+           norm: Norm | None = None) -> ValueRef:
     """``y = x @ weight.T (+ bias) (+ residual)``; ``weight`` is ``[out_features, in_features]``:
     fp32 (packed in 4x4 blocks) or GGML-quantized (q4_0, q4_1, q8_0: the file's blocks). ``act`` (one of :data:`LINEAR_ACTS`) is applied to ``x @ weight.T + bias``, then
     ``residual`` (``[M, N]``, a skip connection) added; both in the linear's own dispatch where
     its kernel can. With ``layout="width_packed"`` (fp32 weights, no residual or activation)
-    ``x`` may have up to 4 dims ``[..., K]`` and ``y`` ``[..., N]`` is a width-packed texture."""
+    ``x`` may have up to 4 dims ``[..., K]`` and ``y`` ``[..., N]`` is a width-packed texture.
+    ``norm`` (a :data:`Norm`): x is :func:`rms_norm`'d first, inside a GGML linear's dispatch."""
     if layout is not None:
-        return _linear_texture(g, x, weight, bias, layout)
+        return _linear_texture(g, _normed(g, x, norm), weight, bias, layout)
     x, xt = _buffer(g, x, "linear input")
     out_shape = (xt.shape[0], g.values[weight].shape[0])
     if residual is not None and tuple(g.values[residual].shape) != out_shape:
@@ -127,11 +131,12 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
         if bias is not None:
             raise ValueError("linear: a bias with quantized weights is not supported")
         if act:
-            _linear_quant(g, y, x, w_ref, m, n, k)
+            _linear_quant(g, y, x, w_ref, m, n, k, norm=norm)
             y = unary(g, y, act)
             return y if residual is None else add(g, residual, y)
-        _linear_quant(g, y, x, w_ref, m, n, k, residual)
+        _linear_quant(g, y, x, w_ref, m, n, k, residual, norm=norm)
         return y
+    x = _normed(g, x, norm)
     extra = []
     if bias is not None:
         if tuple(g.values[bias].shape) != (n,):
@@ -148,6 +153,18 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
     if act:
         y = unary(g, y, act)
     return y if residual is None else add(g, residual, y)
+
+
+def _normed(g: ComputeGraph, x: ValueRef, norm: Norm | None) -> ValueRef:
+    """``x``, or with ``norm`` :func:`rms_norm` of it in a dispatch of its own (for the linears
+    whose kernel does not normalize)."""
+    return x if norm is None else rms_norm(g, x, *norm)
+
+
+def _norm_weight(g: ComputeGraph, norm: Norm, k: int) -> tuple[ValueRef, float]:
+    if tuple(g.values[norm[0]].shape) != (k,):
+        raise ValueError(f"rms_norm: weight {g.values[norm[0]].shape} does not match dimension {k}")
+    return _weight(g, norm[0], "identity"), float(norm[1])
 
 
 def _linear_texture(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None, layout: str) -> ValueRef:
@@ -201,7 +218,7 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
 
 
 def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
-                  residual: ValueRef | None = None, up: ValueRef | None = None) -> None:
+                  residual: ValueRef | None = None, up: ValueRef | None = None, norm: Norm | None = None) -> None:
     """The dispatches of a GGML-quantized linear, one per window of weight rows. On CPU renderers
     (lavapipe, SwiftShader) an invocation computes LINEAR_ROWS_CPU rows for up to
     LINEAR_TOKENS_CPU tokens, so a weight block is decoded once for all of them and x read once
@@ -210,30 +227,40 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     over the SIMD lanes, a texel fetch as one gather (glsl/linear_quant.glsl; figures in
     benchmarks/gemv.py). On GPUs an invocation computes one row. ``residual`` is added to y; with
     ``up`` (a second weight of w's format and shape, within one binding) y is silu(x . w) * (x . up)
-    (gated_linear)."""
+    (gated_linear); with ``norm`` x is RMS-normalized on the way in: in the same dispatch one
+    token at a time, in one before it for tiles."""
     w = g.values[w_ref]
     cpu = CPU_KERNELS and g.device.is_cpu
     rows, local = (LINEAR_ROWS_CPU, CPU_LOCAL) if cpu else (1, LOCAL_SIZE)
     tokens = min(LINEAR_TOKENS_CPU, m) if cpu else 1
+    if norm is not None and tokens > 1:  # tiles would normalize each token again: once, apart
+        x, norm = _normed(g, x, norm), None
     x_texel = tokens > 1 and _texel_ok(g, x, m * k * 4, 16)
     extra = [_buffer(g, residual, "linear residual")[0]] if residual is not None else []
     weights = 1 if up is None else 2
+    gamma, eps = _norm_weight(g, norm, k) if norm is not None else (None, 0.0)
+    at = 3 + len(extra) + (up is not None)  # the norm's weight's binding
+    g_texel = cpu and gamma is not None and _texel_ok(g, gamma, k * 4, 16)
     for r0, r1, wb in _row_windows(g, w_ref, n):
         texel = cpu and _texel_ok(g, wb, w.nbytes, 4)
         work = -(-(r1 - r0) // rows) * -(-m // tokens)
-        g.add_dispatch(DispatchNode("linear_quant", [y, x, wb, *extra, *([up] if up is not None else [])],
-                                    struct.pack("<IIIII", m, r1 - r0, k, r0, n),
+        g.add_dispatch(DispatchNode("linear_quant", [y, x, wb, *extra, *([up] if up is not None else []),
+                                                     *([gamma] if gamma is not None else [])],
+                                    struct.pack("<IIIII", m, r1 - r0, k, r0, n)
+                                    + (struct.pack("<f", eps) if gamma is not None else b""),
                                     {0: local}, (dispatch_groups(work, local, g.max_groups_x), 1, 1),
                                     {"QTYPE": FORMATS[w.layout].qtype, "ROWS": rows, "TOKENS": tokens,
                                      "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra),
-                                     "GATED": int(up is not None)},
+                                     "GATED": int(up is not None), "NORM": int(gamma is not None),
+                                     "G_TEXEL": int(g_texel)},
                                     texels=({1: "rgba32f"} if x_texel else {}) | ({2: "r32ui"} if texel else {})
-                                    | ({3: "r32ui"} if texel and up is not None else {}),
+                                    | ({3: "r32ui"} if texel and up is not None else {})
+                                    | ({at: "rgba32f"} if g_texel else {}),
                                     weight_passes=-(-m // tokens), weights=weights,
                                     linear_shape=(m, weights * (r1 - r0), k), invocations=work))
 
 
-def stacked_linear(g: ComputeGraph, x: ValueRef, weights: Sequence[ValueRef]) -> ValueRef:
+def stacked_linear(g: ComputeGraph, x: ValueRef, weights: Sequence[ValueRef], norm: Norm | None = None) -> ValueRef:
     """``x`` times the ``weights`` (``[N_i, K]`` each) stacked row after row: ``y [M, sum N_i]``,
     each weight's outputs in its columns, in order (a decoder layer's q, k and v projections).
     GGML weights of one format, not packed yet, become one weight at load (their sources' bytes
@@ -246,7 +273,7 @@ def stacked_linear(g: ComputeGraph, x: ValueRef, weights: Sequence[ValueRef]) ->
             and len({(r.quant, r.shape[1:], r.dtype) for r in refs}) == 1):
         name = "+".join(r.name for r in refs)
         if name in g.names:  # stacked for another entry point already: packed once
-            return linear(g, x, g.names[name])
+            return linear(g, x, g.names[name], norm=norm)
         sources = [r.source for r in refs]
         nbytes = sum(r.nbytes for r in refs)
 
@@ -259,7 +286,8 @@ def stacked_linear(g: ComputeGraph, x: ValueRef, weights: Sequence[ValueRef]) ->
         stacked = g.add_tensorref(LazySource(nbytes, load, release), name,
                                   shape=(sum(r.shape[0] for r in refs), *refs[0].shape[1:]), dtype=refs[0].dtype,
                                   quant=refs[0].quant)
-        return linear(g, x, stacked)
+        return linear(g, x, stacked, norm=norm)
+    x = _normed(g, x, norm)
     parts = [linear(g, x, w) for w in weights]
     widths = [g.values[p].shape[1] for p in parts]
     m, n = xt.shape[0], sum(widths)
@@ -269,7 +297,7 @@ def stacked_linear(g: ComputeGraph, x: ValueRef, weights: Sequence[ValueRef]) ->
     return y
 
 
-def gated_linear(g: ComputeGraph, x: ValueRef, w_gate: ValueRef, w_up: ValueRef) -> ValueRef:
+def gated_linear(g: ComputeGraph, x: ValueRef, w_gate: ValueRef, w_up: ValueRef, norm: Norm | None = None) -> ValueRef:
     """``silu(x @ w_gate.T) * (x @ w_up.T)``, a Llama MLP's SwiGLU. One dispatch where both weights
     are GGML blocks of one format and shape, each within one binding (x read once for both, no
     separate silu_mul pass: glsl/linear_quant.glsl GATED); else two linears and silu_mul."""
@@ -280,8 +308,9 @@ def gated_linear(g: ComputeGraph, x: ValueRef, w_gate: ValueRef, w_up: ValueRef)
             and xt.shape[1] == tg.shape[1] and max(tg.nbytes, tu.nbytes) <= g.max_binding_nbytes):
         (m, k), n = xt.shape, tg.shape[0]
         y = g.add_tensor((m, n), np.float32)
-        _linear_quant(g, y, x, wg, m, n, k, up=wu)
+        _linear_quant(g, y, x, wg, m, n, k, up=wu, norm=norm)
         return y
+    x = _normed(g, x, norm)
     return silu_mul(g, linear(g, x, wg), linear(g, x, wu))
 
 
