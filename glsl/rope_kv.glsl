@@ -5,28 +5,40 @@
 // T tokens; rows past the caches' end are dropped. Pairs and angles as rope_pair.h says.
 // q, k and v are the columns of one tensor qkv [T][(H + 2 KH) Dh] (the projections' one linear
 // over their stacked weights), side by side in that order.
-// Invocations: the q pairs, then the k pairs, then the v pairs (copies).
+// Invocations: the q pairs, then the k pairs, then the v pairs (copies). TEXEL reads qkv and the
+// table as R32F and RG32F uniform texel buffers (lavapipe: a fetch is a gather, a storage-buffer
+// load in a loop a loop over the SIMD lanes).
 #extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x_id = 0) in;
 
 layout(set = 0, binding = 0) writeonly buffer Out { float qout[]; };
+#if TEXEL
+layout(set = 0, binding = 1) uniform samplerBuffer qkvt;
+layout(set = 0, binding = 3) uniform samplerBuffer tablet;
+#define QKV(i) texelFetch(qkvt, int(i)).x
+#define TABLE(i) texelFetch(tablet, int(i)).xy
+#else
 layout(set = 0, binding = 1) readonly buffer QKV { float qkv[]; };
-layout(set = 0, binding = 2) readonly buffer Step { uint step[]; };
 layout(set = 0, binding = 3) readonly buffer Table { vec2 table[]; };
+#define QKV(i) qkv[i]
+#endif
+layout(set = 0, binding = 2) readonly buffer Step { uint step[]; };
 layout(set = 0, binding = 4) writeonly buffer KCache { float kc[]; };
 layout(set = 0, binding = 5) writeonly buffer VCache { float vc[]; };
 
 layout(push_constant) uniform Params {
     uint T;
-    uint H;   // query heads
-    uint KH;  // key/value heads
-    uint Dh;
     uint P;  // positions in the table
     uint rows;  // cache rows
 };
 
 #include "rope_pair.h"
+// Query heads, key/value heads and the head size are compile-time constants: the divisions by
+// them become multiplies and shifts (as push constants they cost lavapipe a third of the dispatch).
+#define H uint(HEADS)
+#define KH uint(KV_HEADS)
+#define Dh uint(HEAD_DIM)
 
 void main() {
     uint half_ = Dh / 2u;
@@ -41,7 +53,7 @@ void main() {
         if (o < qp) {
             RopePair r = rope_pair(o, H, Dh, step[0], P);
             uint at = r.t * (ld - qw);  // r.a, r.b count q's columns only
-            vec2 y = rotate(r, qkv[r.a + at], qkv[r.b + at]);
+            vec2 y = rotate(r, QKV(r.a + at), QKV(r.b + at));
             qout[r.a] = y.x;
             qout[r.b] = y.y;
         } else if (o < qp + kp) {
@@ -49,7 +61,7 @@ void main() {
             uint row = step[0] + r.t;
             if (row < rows) {
                 uint at = r.t * (ld - w) + qw;
-                vec2 y = rotate(r, qkv[r.a + at], qkv[r.b + at]);
+                vec2 y = rotate(r, QKV(r.a + at), QKV(r.b + at));
                 kc[row * w + r.a - r.t * w] = y.x;
                 kc[row * w + r.b - r.t * w] = y.y;
             }
@@ -58,8 +70,8 @@ void main() {
             uint row = step[0] + e / w;
             if (row < rows) {
                 uint at = (e / w) * ld + qw + w + e % w;
-                vc[row * w + e % w] = qkv[at];
-                vc[row * w + e % w + 1u] = qkv[at + 1u];
+                vc[row * w + e % w] = QKV(at);
+                vc[row * w + e % w + 1u] = QKV(at + 1u);
             }
         }
     }

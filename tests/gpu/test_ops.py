@@ -295,10 +295,13 @@ def test_rope(device, compiler, neox, t, heads, dh, pos0):
 
 @pytest.mark.parametrize("neox", [False, True])
 @pytest.mark.parametrize("t,heads,kv_heads,dh", [(1, 9, 3, 64), (3, 4, 2, 8), (2, 2, 2, 2)])
-def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, neox, t, heads, kv_heads, dh):
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
+def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, monkeypatch, neox, t, heads, kv_heads, dh,
+                                                 cpu_kernels):
     """rope_kv is rope(q), rope(k) into the k cache and v into the v cache at rows step[0]..:
     two executes fill rows 0..t-1 and 4..4+t-1 of 6 (rows past the end dropped); the rest of
-    each cache keeps what was there."""
+    each cache keeps what was there. On CPU renderers qkv and the table are read as texels."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     rows = 6
     rng = rng_for(t, heads, kv_heads, dh)
     width = kv_heads * dh
@@ -314,6 +317,7 @@ def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, neox, t, head
         g.set_output(kc, "kc")
         g.set_output(vc, "vc")
         assert len(g.execute_nodes) == 1
+        assert set(g.execute_nodes[0].texels) == ({1, 3} if cpu_kernels and device.is_cpu else set())
         g.run_prepack()
         kexp, vexp = kc0.copy(), vc0.copy()
         for f in feeds:

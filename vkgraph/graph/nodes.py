@@ -151,7 +151,7 @@ class DispatchNode:
     groups: tuple[int, int, int] = (1, 1, 1)
     defines: dict[str, object] = field(default_factory=dict)
     #: bindings read as uniform texel buffers (``texelFetch``) instead of storage buffers, with the
-    #: texel format of each (runtime.memory.TEXEL_FORMATS: "r32ui", or "rgba32f" for vec4s)
+    #: texel format of each (runtime.memory.TEXEL_FORMATS: "r32ui", "r32f", "rg32f" for vec2s, "rgba32f" for vec4s)
     texels: dict[int, str] = field(default_factory=dict)
     #: the entry point that runs it (ComputeGraph.entry; set by add_dispatch)
     entry: str = ""

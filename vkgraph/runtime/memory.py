@@ -348,11 +348,12 @@ def advise_huge_pages(mapping: Any) -> None:
 
 #: texel formats of uniform texel buffers (all mandatory for that use): bytes per texel
 TEXEL_FORMATS = {"r32ui": (vk.VK_FORMAT_R32_UINT, 4), "rgba32f": (vk.VK_FORMAT_R32G32B32A32_SFLOAT, 16),
-                 "rgba32ui": (vk.VK_FORMAT_R32G32B32A32_UINT, 16)}
+                 "rgba32ui": (vk.VK_FORMAT_R32G32B32A32_UINT, 16), "r32f": (vk.VK_FORMAT_R32_SFLOAT, 4),
+                 "rg32f": (vk.VK_FORMAT_R32G32_SFLOAT, 8)}
 
 
 class TexelView(VkObject):
-    """A range of a buffer seen as texels of ``fmt`` (TEXEL_FORMATS: R32_UINT, RGBA32F, RGBA32UI) for a
+    """A range of a buffer seen as texels of ``fmt`` (TEXEL_FORMATS) for a
     uniform texel buffer binding: shaders read it with ``texelFetch``. Destroy it before its buffer."""
 
     def __init__(self, buffer: Buffer, offset: int, nbytes: int, fmt: str = "r32ui"):
