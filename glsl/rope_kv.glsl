@@ -34,6 +34,11 @@ layout(push_constant) uniform Params {
 };
 
 #include "rope_pair.h"
+#ifndef HEADS  // ops.rope_kv sets all three
+#define HEADS 1
+#define KV_HEADS 1
+#define HEAD_DIM 2
+#endif
 // Query heads, key/value heads and the head size are compile-time constants: the divisions by
 // them become multiplies and shifts (as push constants they cost lavapipe a third of the dispatch).
 #define H uint(HEADS)
