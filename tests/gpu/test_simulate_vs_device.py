@@ -56,12 +56,14 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert e.host_s >= 0 and e.dispatch_s > 0 and e.stream_gbps > 0, raw
     assert set(e.weight_gbps) == {"fp32", "q4_0", "q4_1", "q8_0"} and all(v > 0 for v in e.weight_gbps.values()), raw
     assert e.linear_dispatch_s >= e.dispatch_s and all(v > 0 for v in e.gmacs.values()), raw
+    assert 0 < e.attention_key_s < 1e-5, raw  # seconds per query row and key: attention costs something
     path = tmp_path / "p.toml"
     path.write_text(profile_toml(profile))
     again = load_profile(path)  # the written profile loads and simulates
     assert again.pack_gbps == pytest.approx(profile.pack_gbps, rel=1e-3)
     assert (again.cpu_rate, again.gpu_rate) == pytest.approx((profile.cpu_rate, profile.gpu_rate), rel=1e-2)
     assert again.execute.weight_gbps == pytest.approx(e.weight_gbps, rel=1e-3) and again.renderer == device.renderer
+    assert again.execute.attention_key_s == pytest.approx(e.attention_key_s, rel=1e-3)
     assert simulate(model_nodes("synthetic:8"), GraphConfig(), again).load_s > 0
 
 

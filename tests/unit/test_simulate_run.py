@@ -65,12 +65,34 @@ def test_decode_prediction_follows_the_session():
     per token; a shape-only spec needs no weights."""
     pred = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 40)
     assert pred.prefill_chunk == 32 and pred.step.dispatches == 16 * 6 + 2  # 16 layers, embedding, head
-    assert pred.time_to_first_token_s == pytest.approx(2 * pred.prefill.seconds)  # 40 tokens: two batches
+    # 40 tokens: two batches, the second (reported) seeing 32 more keys per token than the first
+    first = pred.time_to_first_token_s - pred.prefill.seconds
+    assert 0 < first < pred.prefill.seconds
     assert pred.decode_tok_s == pytest.approx(1 / pred.step.seconds)
     assert pred.prefill_tok_s == pytest.approx(40 / pred.time_to_first_token_s)
     assert max(pred.step.by_kind, key=lambda k: pred.step.by_kind[k][0]) == "linear_quant"
-    short = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 3)
-    assert short.prefill_chunk == 0 and short.time_to_first_token_s == pytest.approx(3 * short.step.seconds)
+    short = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 3)  # steps at positions 0..2: fewer keys than decoding's
+    assert short.prefill_chunk == 0 and 0 < short.time_to_first_token_s < 3 * short.step.seconds
+
+
+def test_attention_is_priced_by_the_keys_its_queries_see():
+    """Hand-worked: attention costs attention_key_ns per query row (a head of a token) and key it
+    sees, in whole waves on a CPU renderer: 9 heads of one token are 2 SIMD batches of 8, one
+    wave on 2 threads, priced as 16 rows; so a longer context decodes and prefills slower."""
+    import numpy as np
+
+    rates = dataclasses.replace(RATES, threads=2, attention_key_s=1e-8)
+    profile = dataclasses.replace(PROFILE, execute=rates)
+    g = ComputeGraph.recording(facts=device_facts(profile))
+    q = g.add_input((1, 9 * 8), np.float32, "q")
+    k, v = (g.add_tensor((16, 3 * 8), np.float32, n) for n in "kv")
+    ops.sdpa(g, q, k, v, heads=9, kv_heads=3, causal=True, step=g.add_input((2,), np.uint32, "step"))
+    (attn,) = g.execute_nodes
+    assert attn.key_rows == 9 and attn.invocations == 9
+    assert dispatch_seconds(g, attn, rates, 10) - dispatch_seconds(g, attn, rates) == pytest.approx(16 * 10 * 1e-8)
+    near, far = (simulate_decode("llama-3.2-1b:q4_0", PROFILE, n) for n in (64, 400))
+    assert far.decode_tok_s < near.decode_tok_s and far.prefill_tok_s < near.prefill_tok_s
+    assert far.step.by_kind["sdpa_rows"][0] > near.step.by_kind["sdpa_rows"][0]
 
 
 def test_decode_prediction_refuses_what_it_cannot_model(tmp_path):
@@ -78,7 +100,7 @@ def test_decode_prediction_refuses_what_it_cannot_model(tmp_path):
         simulate_decode("synthetic:8", PROFILE)
     with pytest.raises(ConfigError, match="execute: missing"):
         simulate_decode("llama-3.2-1b:q4_0", load_profile("mobile-flagship-estimate"))
-    with pytest.raises(ValueError, match="--prompt-tokens must be >= 1"):
+    with pytest.raises(ValueError, match="--prompt-tokens and --new-tokens must be >= 1, got 0 and 32"):
         simulate_decode("llama-3.2-1b:q4_0", PROFILE, 0)
     text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
     p = tmp_path / "p.toml"

@@ -102,15 +102,16 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from ..tools.simulate import load_profile
     from ..tools.simulate_run import simulate_decode
 
-    pred = simulate_decode(args.model or "smollm2", load_profile(args.profile), args.prompt_tokens)
+    pred = simulate_decode(args.model or "smollm2", load_profile(args.profile), args.prompt_tokens, args.new_tokens)
     if args.json:
         print(json.dumps({"model": pred.model, "profile": pred.profile, "prompt_tokens": pred.prompt_tokens,
+                          "new_tokens": pred.new_tokens,
                           "prefill_chunk": pred.prefill_chunk, "prefill_tok_s": pred.prefill_tok_s,
                           "decode_tok_s": pred.decode_tok_s, "time_to_first_token_s": pred.time_to_first_token_s,
                           "dispatches_per_token": pred.step.dispatches}))
         return 0
     how = f"in batches of {pred.prefill_chunk}" if pred.prefill_chunk else "token by token"
-    print(f"{pred.model} on {pred.profile}, {pred.prompt_tokens}-token prompt, predicted: prefill "
+    print(f"{pred.model} on {pred.profile}, {pred.prompt_tokens}-token prompt, {pred.new_tokens} new tokens, predicted: prefill "
           f"{pred.prefill_tok_s:.2f} tok/s ({how})  time to first token {pred.time_to_first_token_s:.3f} s  "
           f"decode {pred.decode_tok_s:.2f} tok/s  ({pred.prefill_tok_s / pred.decode_tok_s:.1f}x)")
     for title, e in ((f"one prefill batch ({pred.prefill_chunk or 1} tokens)", pred.prefill), ("one decoded token", pred.step)):
@@ -183,7 +184,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "profile's [execute] rates")
     sim.add_argument("--prompt-tokens", type=int, default=64, help="with --decode: prompt length (default 64)")
     sim.add_argument("--new-tokens", type=int, default=32,
-                     help="with --validate --decode: tokens each measured run decodes (default 32)")
+                     help="with --decode: tokens decoded after the prompt (default 32)")
     sim.add_argument("--json", action="store_true")
     sim.add_argument("--plot", help="write a PNG of the predicted timeline and staging memory")
     sim.add_argument("--calibrate", action="store_true", help="measure a profile on this device (see --out)")

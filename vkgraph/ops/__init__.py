@@ -666,7 +666,7 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
         _step(g, step, "sdpa")
         args.append(step)
     dynamic = int(step is not None)
-    moved = 2 * qt.nbytes  # the run model leaves out the keys and values read (up to the step)
+    moved = 2 * qt.nbytes  # q in, out (the keys read up to the step: key_rows)
     if CPU_KERNELS and g.device.is_cpu and dh % 4 == 0 and dh <= 256:
         # CPU renderers: an invocation per query row, one pass (glsl/sdpa_rows.glsl); a
         # workgroup's barriers per row cost more there than the row's work
@@ -674,10 +674,11 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
         g.add_dispatch(DispatchNode("sdpa_rows", args, push, {0: CPU_LOCAL},
                                     (dispatch_groups(batch * t * heads, CPU_LOCAL, g.max_groups_x), 1, 1),
                                     {"DYNAMIC_POS": dynamic, "DH": dh, "TEXEL": int(texel)},
-                                    texels={1: "rgba32f", 2: "rgba32f", 3: "rgba32f"} if texel else {}, moved_nbytes=moved))
+                                    texels={1: "rgba32f", 2: "rgba32f", 3: "rgba32f"} if texel else {}, moved_nbytes=moved,
+                                    key_rows=heads, invocations=batch * t * heads))
         return out
     g.add_dispatch(DispatchNode("sdpa", args, push, {0: LOCAL_SIZE}, (min(batch * heads * t, g.max_groups_x), 1, 1),
-                                {"DYNAMIC_POS": dynamic}, moved_nbytes=moved))
+                                {"DYNAMIC_POS": dynamic}, moved_nbytes=moved, key_rows=heads))
     return out
 
 

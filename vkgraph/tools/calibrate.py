@@ -266,7 +266,35 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
         extra = t - d * linear_s - rows * row_s - nbytes / (weight_gbps[fmt] * 1e9)
         if macs and extra > 0:  # none on GPUs (a token per invocation: passes only)
             gmacs[fmt] = macs / extra / 1e9
-    return ExecuteRates(host_s, dispatch_s, stream, weight_gbps, linear_s, gmacs, row_s, threads)
+    return ExecuteRates(host_s, dispatch_s, stream, weight_gbps, linear_s, gmacs, row_s, threads,
+                        _attention_key_s(dev, repeat, threads))
+
+
+def _attention_key_s(dev: Device, repeat: int, threads: int) -> float:
+    """Attention's work per query row and key it sees: 16 causal attentions of a 32-token batch
+    (8 heads over 2 key/value heads of 64), each on caches of its own (512 rows: a model's layers
+    read theirs from memory, not a cache the last one warmed), run with the batch at position
+    448 and at 0, the difference over the keys the rows saw besides, per waves_factor."""
+    from .. import ops
+    from .simulate_run import waves_factor
+
+    t, heads, kv_heads, dh, rows, far, count = 32, 8, 2, 64, 512, 448, 16
+    rng = np.random.default_rng(6)
+    box: dict[str, Any] = {}
+
+    def build(g: ComputeGraph) -> None:
+        q = g.add_input((t, heads * dh), np.float32, "q")
+        step = g.add_input((2,), np.uint32, "step")
+        for i in range(count):
+            k, v = (g.prepack_tensor(g.add_tensorref(rng.standard_normal((rows, kv_heads * dh), dtype=np.float32),
+                                                     f"{n}{i}")) for n in "kv")
+            y = ops.sdpa(g, q, k, v, heads=heads, kv_heads=kv_heads, causal=True, step=step)
+        g.set_output(y, "y")
+        box["node"] = g.execute_nodes[-1]
+
+    q = rng.standard_normal((t, heads * dh), dtype=np.float32)
+    near, at_far = (_execute_seconds(dev, build, {"q": q, "step": np.array([p, 0], np.uint32)}, repeat) for p in (0, far))
+    return max(at_far - near, 0.0) / (count * heads * t * far * waves_factor(box["node"], threads))
 
 
 def _round_trip(dev: Device) -> tuple[float, float]:
@@ -530,6 +558,7 @@ stream_gbps = {e.stream_gbps:.4g}   # bytes a memory-bound kernel moves
 linear_dispatch_us = {e.linear_dispatch_s * 1e6:.4g}   # each linear's dispatch besides its rows and weight
 linear_row_ns = {e.linear_row_s * 1e9:.4g}   # each weight row a linear's pass computes
 threads = {e.threads}   # a CPU renderer's worker threads (0: a GPU)
+attention_key_ns = {e.attention_key_s * 1e9:.4g}   # attention's work per query row and key it sees
 
 [execute.weight_gbps]  # a linear's weight streamed, per format
 {weights}
@@ -604,7 +633,7 @@ def validate_decode(profile_name: str, model: str = "smollm2", repeat: int = 3, 
     from .bench import python_in_subprocess
     from .simulate_run import simulate_decode
 
-    pred = simulate_decode(model, load_profile(profile_name), prompt_tokens)
+    pred = simulate_decode(model, load_profile(profile_name), prompt_tokens, new_tokens)
     runs = []
     for r in range(repeat):
         out = python_in_subprocess(["-m", "vkgraph", "bench", "decode", "--model", model, "--prompt-tokens",

@@ -18,10 +18,12 @@ dispatches. One execute of an entry point costs:
   invocations it has: SmolLM2's 576-row one-token linears are 18 invocations of 32 rows, 3
   batches of 8, 2 waves on 2 threads: priced as 32 invocations (1.78x), its 192-row ones 2.67x;
 - any other kernel: ``dispatch_us`` plus its bindings' bytes (or ``moved_nbytes``) at
-  ``stream_gbps``.
-
-Attention's reads of the key/value cache (up to the step) are left out: at 64-token prompts
-they are under 5% of a step on lavapipe (``vkgraph bench decode --profile``).
+  ``stream_gbps``; attention besides ``attention_key_ns`` for each query row (a head of a
+  token) and key it sees, scaled by its waves on a CPU renderer as a linear is (SmolLM2's 9
+  heads of one token: 2 SIMD batches on 2 threads, priced as 16 rows). A decoded token at
+  position p sees p + 1 keys, a prefill batch of T tokens from p0 (causal) T * p0 + T (T + 1) / 2
+  in all: a step costs more the longer the context, so decode is priced at the mean position of
+  the tokens it decodes, and each prefill batch at its own.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class ExecuteRates:
     linear_row_s: float = 0.0  # each weight row a linear's pass computes
     #: a CPU renderer's worker threads (its workgroups run a SIMD batch per thread at a time); 0: a GPU
     threads: int = 0
+    attention_key_s: float = 0.0  # attention's work per query row and key it sees (0: not modelled)
 
 
 def parse_execute(path: str, d: dict) -> ExecuteRates | None:
@@ -65,7 +68,7 @@ def parse_execute(path: str, d: dict) -> ExecuteRates | None:
         rates = ExecuteRates(float(d["host_us"]) * 1e-6, float(d["dispatch_us"]) * 1e-6, float(d["stream_gbps"]),
                              {k: float(v) for k, v in d["weight_gbps"].items()}, float(d["linear_dispatch_us"]) * 1e-6,
                              {k: float(v) for k, v in d.get("gmacs", {}).items()}, float(d["linear_row_ns"]) * 1e-9,
-                             int(d.get("threads", 0)))
+                             int(d.get("threads", 0)), float(d.get("attention_key_ns", 0.0)) * 1e-9)
     except KeyError as exc:
         raise ConfigError(path, f"execute.{str(exc).strip(chr(39))}", "missing") from None
     except (TypeError, ValueError, AttributeError) as exc:
@@ -96,9 +99,10 @@ def binding_nbytes(g: ComputeGraph, arg) -> int:
 
 
 def waves_factor(node: DispatchNode, threads: int) -> float:
-    """On a CPU renderer of ``threads`` worker threads: the invocations a linear's dispatch
-    costs, in whole waves of SIMD batches (a workgroup each, one per thread at a time), over the
-    invocations it has (DispatchNode.invocations, set by the op); 1.0 on a GPU (``threads`` 0)."""
+    """On a CPU renderer of ``threads`` worker threads: the invocations a dispatch (a linear's,
+    attention's) costs, in whole waves of SIMD batches (a workgroup each, one per thread at a
+    time), over the invocations it has (DispatchNode.invocations, set by the op); 1.0 on a GPU
+    (``threads`` 0) or where not given."""
     if threads <= 0 or node.invocations <= 0:
         return 1.0
     local = int(node.spec.get(0, 1))
@@ -116,8 +120,9 @@ def linear_terms(g: ComputeGraph, node: DispatchNode, threads: int = 0) -> tuple
             f * (m - node.weight_passes) * rows * k)
 
 
-def dispatch_seconds(g: ComputeGraph, node: DispatchNode, rates: ExecuteRates) -> float:
-    """One dispatch alone on the device (see the module's docstring)."""
+def dispatch_seconds(g: ComputeGraph, node: DispatchNode, rates: ExecuteRates, keys_seen: float = 0.0) -> float:
+    """One dispatch alone on the device (see the module's docstring); ``keys_seen``: the keys its
+    query tokens see in all, for attention."""
     if node.weight_passes:
         fmt = weight_format(node)
         if fmt not in rates.weight_gbps:
@@ -128,7 +133,8 @@ def dispatch_seconds(g: ComputeGraph, node: DispatchNode, rates: ExecuteRates) -
             work += macs / (rates.gmacs[fmt] * 1e9)
         return rates.linear_dispatch_s + work
     moved = node.moved_nbytes if node.moved_nbytes >= 0 else sum(binding_nbytes(g, a) for a in node.args)
-    return rates.dispatch_s + moved / (rates.stream_gbps * GB)
+    keys = node.key_rows * keys_seen * rates.attention_key_s * waves_factor(node, rates.threads)
+    return rates.dispatch_s + moved / (rates.stream_gbps * GB) + keys
 
 
 @dataclass
@@ -138,11 +144,12 @@ class EntryPrediction:
     by_kind: dict[str, tuple[float, int]]  # {op kind: (seconds, dispatches)}, largest first
 
 
-def predict_entry(g: ComputeGraph, entry: str, rates: ExecuteRates) -> EntryPrediction:
+def predict_entry(g: ComputeGraph, entry: str, rates: ExecuteRates, keys_seen: float = 0.0) -> EntryPrediction:
+    """One execute of ``entry`` whose query tokens see ``keys_seen`` keys in all."""
     per: dict[str, list] = defaultdict(lambda: [0.0, 0])
     for node in g.execute_nodes:
         if node.entry == entry:
-            s = dispatch_seconds(g, node, rates)
+            s = dispatch_seconds(g, node, rates, keys_seen)
             per[node.shader][0] += s  # the op kind, as bench decode --profile shows it
             per[node.shader][1] += 1
     by_kind = {k: (s, n) for k, (s, n) in sorted(per.items(), key=lambda kv: -kv[1][0])}
@@ -155,26 +162,28 @@ class DecodePrediction:
     model: str
     profile: str
     prompt_tokens: int
+    new_tokens: int
     prefill_chunk: int
     prefill_tok_s: float
     decode_tok_s: float
     time_to_first_token_s: float
-    step: EntryPrediction  # one decoded token
-    prefill: EntryPrediction  # one batch of prefill_chunk tokens
+    step: EntryPrediction  # one decoded token, at the mean position of the decoded ones
+    prefill: EntryPrediction  # the prompt's last batch of prefill_chunk tokens
 
 
-def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64) -> DecodePrediction:
-    """Predicted ``vkgraph bench decode --model M --prompt-tokens N``: the prompt in batches of
-    the session's prefill size (a shorter last batch costs a whole one: it is padded; fewer than
-    PREFILL_MIN tokens go token by token, as LlamaSession.batch_for), then one token per step."""
+def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64, new_tokens: int = 32) -> DecodePrediction:
+    """Predicted ``vkgraph bench decode --model M --prompt-tokens N --new-tokens K``: the prompt
+    in batches of the session's prefill size (a shorter last batch costs a whole one: it is
+    padded; fewer than PREFILL_MIN tokens go token by token, as LlamaSession.batch_for), then a
+    step per new token at positions N..N+K-1."""
     from ..models.llama import DEFAULT_CONTEXT, DEFAULT_PREFILL, PREFILL_MIN, GGUFFile, LlamaConfig, PublishedShapes, build
     from ..models.registry import resolve
 
     if profile.execute is None:
         raise ConfigError(profile.path, "execute", "missing: this profile has no run rates (measure them with "
                                                    "vkgraph simulate --calibrate)")
-    if prompt_tokens < 1:
-        raise ValueError(f"--prompt-tokens must be >= 1, got {prompt_tokens}")
+    if prompt_tokens < 1 or new_tokens < 1:
+        raise ValueError(f"--prompt-tokens and --new-tokens must be >= 1, got {prompt_tokens} and {new_tokens}")
     ref = resolve(model)
     if ref.kind not in ("llama", "shape"):
         raise ValueError(f"--decode models a llama decoder (smollm2, a .gguf file or a shape-only spec such as "
@@ -192,9 +201,15 @@ def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64) -> De
             context = cfg.context(DEFAULT_CONTEXT)
             chunk = min(DEFAULT_PREFILL, context)
             build(g, f, cfg, context, chunk)
-    step = predict_entry(g, "", profile.execute)
-    prefill = predict_entry(g, "prefill", profile.execute)
+    rates = profile.execute
+    step = predict_entry(g, "", rates, prompt_tokens + (new_tokens - 1) / 2 + 1)  # priced linearly in the keys
     batched = prompt_tokens >= PREFILL_MIN
-    ttft = -(-prompt_tokens // chunk) * prefill.seconds if batched else prompt_tokens * step.seconds
-    return DecodePrediction(model, profile.name, prompt_tokens, chunk if batched else 0, prompt_tokens / ttft,
-                            1 / step.seconds, ttft, step, prefill)
+    if batched:
+        batches = [predict_entry(g, "prefill", rates, chunk * p0 + chunk * (chunk + 1) / 2)
+                   for p0 in range(0, prompt_tokens, chunk)]
+        ttft, prefill = sum(b.seconds for b in batches), batches[-1]
+    else:
+        ttft = sum(predict_entry(g, "", rates, p + 1).seconds for p in range(prompt_tokens))
+        prefill = predict_entry(g, "prefill", rates, chunk * (chunk + 1) / 2)
+    return DecodePrediction(model, profile.name, prompt_tokens, new_tokens, chunk if batched else 0,
+                            prompt_tokens / ttft, 1 / step.seconds, ttft, step, prefill)
