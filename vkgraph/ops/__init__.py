@@ -266,7 +266,7 @@ def stacked_linear(g: ComputeGraph, x: ValueRef, weights: Sequence[ValueRef], no
     GGML weights of one format, not packed yet, become one weight at load (their sources' bytes
     one after another) read by one linear dispatch: fewer dispatches, and more rows to share out
     among a CPU renderer's threads than 192 (SmolLM2's k and v) give. Otherwise a linear per
-    weight, copied into its columns."""
+    weight, copied into its columns. ``norm``: as :func:`linear`'s."""
     x, xt = _buffer(g, x, "stacked_linear input")
     refs = [g.values[w] for w in weights]
     if (len(refs) > 1 and all(isinstance(r, TensorRef) and r.quant for r in refs)
@@ -300,7 +300,8 @@ def stacked_linear(g: ComputeGraph, x: ValueRef, weights: Sequence[ValueRef], no
 def gated_linear(g: ComputeGraph, x: ValueRef, w_gate: ValueRef, w_up: ValueRef, norm: Norm | None = None) -> ValueRef:
     """``silu(x @ w_gate.T) * (x @ w_up.T)``, a Llama MLP's SwiGLU. One dispatch where both weights
     are GGML blocks of one format and shape, each within one binding (x read once for both, no
-    separate silu_mul pass: glsl/linear_quant.glsl GATED); else two linears and silu_mul."""
+    separate silu_mul pass: glsl/linear_quant.glsl GATED); else two linears and silu_mul.
+    ``norm``: as :func:`linear`'s."""
     x, xt = _buffer(g, x, "gated_linear input")
     wg, wu = _weight(g, w_gate, "linear_4x4"), _weight(g, w_up, "linear_4x4")
     tg, tu = g.values[wg], g.values[wu]
