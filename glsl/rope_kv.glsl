@@ -40,7 +40,8 @@ layout(push_constant) uniform Params {
 #define HEAD_DIM 2
 #endif
 // Query heads, key/value heads and the head size are compile-time constants: the divisions by
-// them become multiplies and shifts (as push constants they cost lavapipe a third of the dispatch).
+// them become multiplies and shifts (lavapipe, 30 prefill dispatches: 11.6 ms with them as push
+// constants, 7.7 ms as constants with the texel reads; neither alone saved more than 10%).
 #define H uint(HEADS)
 #define KH uint(KV_HEADS)
 #define Dh uint(HEAD_DIM)

@@ -107,6 +107,9 @@ def test_decode_prediction_refuses_what_it_cannot_model(tmp_path):
     p.write_text(re.sub(r"(?m)^stream_gbps = .*$", "stream_gbps = 0", text))
     with pytest.raises(ConfigError, match="execute.stream_gbps: must be > 0"):
         load_profile(p)
+    p.write_text(re.sub(r"(?m)^attention_key_ns = .*$", "attention_key_ns = -1", text))
+    with pytest.raises(ConfigError, match=r"execute.attention_key_ns: must be >= 0 \(0: not modelled\), got -1"):
+        load_profile(p)
     p.write_text(re.sub(r"(?m)^host_us = .*$", "", text))
     with pytest.raises(ConfigError, match="execute.host_us: missing"):
         load_profile(p)

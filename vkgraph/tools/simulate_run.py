@@ -78,6 +78,8 @@ def parse_execute(path: str, d: dict) -> ExecuteRates | None:
                    *((f"execute.gmacs.{k}", v) for k, v in rates.gmacs.items())):
         if v <= 0:
             raise ConfigError(path, key, f"must be > 0, got {v}")
+    if rates.attention_key_s < 0:
+        raise ConfigError(path, "execute.attention_key_ns", f"must be >= 0 (0: not modelled), got {d['attention_key_ns']}")
     return rates
 
 
