@@ -102,6 +102,8 @@ def test_decode_prediction_refuses_what_it_cannot_model(tmp_path):
         simulate_decode("llama-3.2-1b:q4_0", load_profile("mobile-flagship-estimate"))
     with pytest.raises(ValueError, match="--prompt-tokens and --new-tokens must be >= 1, got 0 and 32"):
         simulate_decode("llama-3.2-1b:q4_0", PROFILE, 0)
+    with pytest.raises(ValueError, match="500 \\+ 32 tokens exceed the 512-token context"):
+        simulate_decode("llama-3.2-1b:q4_0", PROFILE, 500)
     text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
     p = tmp_path / "p.toml"
     p.write_text(re.sub(r"(?m)^stream_gbps = .*$", "stream_gbps = 0", text))

@@ -203,6 +203,8 @@ def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64, new_t
             context = cfg.context(DEFAULT_CONTEXT)
             chunk = min(DEFAULT_PREFILL, context)
             build(g, f, cfg, context, chunk)
+    if prompt_tokens + new_tokens > context:  # as bench decode refuses them
+        raise ValueError(f"{prompt_tokens} + {new_tokens} tokens exceed the {context}-token context")
     rates = profile.execute
     step = predict_entry(g, "", rates, prompt_tokens + (new_tokens - 1) / 2 + 1)  # priced linearly in the keys
     batched = prompt_tokens >= PREFILL_MIN
