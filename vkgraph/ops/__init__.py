@@ -162,9 +162,15 @@ def _normed(g: ComputeGraph, x: ValueRef, norm: Norm | None) -> ValueRef:
 
 
 def _norm_weight(g: ComputeGraph, norm: Norm, k: int) -> tuple[ValueRef, float]:
-    if tuple(g.values[norm[0]].shape) != (k,):
-        raise ValueError(f"rms_norm: weight {g.values[norm[0]].shape} does not match dimension {k}")
+    _check_norm_params(g, "rms_norm", [norm[0]], k)
     return _weight(g, norm[0], "identity"), float(norm[1])
+
+
+def _check_norm_params(g: ComputeGraph, kind: str, params: list[ValueRef], d: int) -> None:
+    """A norm's weight (and bias) must be ``[d]``: ValueError naming which."""
+    for what, ref in zip(("weight", "bias"), params):
+        if tuple(g.values[ref].shape) != (d,):
+            raise ValueError(f"{kind}: {what} {g.values[ref].shape} does not match dimension {d}")
 
 
 def _linear_texture(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None, layout: str) -> ValueRef:
@@ -488,9 +494,7 @@ def _rows_texture(g: ComputeGraph, kind: str, x: ValueRef, params: list[ValueRef
     if not 1 <= len(xt.shape) <= 4:
         raise ValueError(f"{kind}: on textures, inputs of 1-4 dims, not {xt.shape}")
     d = xt.shape[-1]
-    for what, ref in zip(("weight", "bias"), params):
-        if tuple(g.values[ref].shape) != (d,):
-            raise ValueError(f"{kind}: {what} {g.values[ref].shape} does not match dimension {d}")
+    _check_norm_params(g, kind, params, d)
     out = g.add_texture(xt.shape, "width_packed")
     _, h, z = g.values[out].extents()
     g.add_dispatch(DispatchNode("rows_texture", [out, x, *(_weight(g, p, "identity") for p in params)],
@@ -507,9 +511,7 @@ def _norm(g: ComputeGraph, kind: str, x: ValueRef, params: list[ValueRef], eps: 
         return _rows_texture(g, kind, x, params, eps, layout)
     x, xt = _buffer(g, x, f"{kind} input")
     m, d = xt.shape
-    for what, ref in zip(("weight", "bias"), params):
-        if tuple(g.values[ref].shape) != (d,):
-            raise ValueError(f"{kind}: {what} {g.values[ref].shape} does not match dimension {d}")
+    _check_norm_params(g, kind, params, d)
     out = g.add_tensor((m, d), np.float32)
     args = [out, x, *(_weight(g, p, "identity") for p in params)]
     push = struct.pack("<IIf", m, d, eps)
