@@ -236,7 +236,8 @@ void main() {
                 }
                 sx[t] = s.x + s.y + s.z + s.w;
             }
-            for (uint r = 0u; r < ROWS; ++r) {
+            // unrolled: the accumulators' indices become constants (ops.LINEAR_TILE_ROWS_CPU)
+            [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
                 uint blk = min(first + r, N - 1u) * nb + b;
                 uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
                 TILE_BLOCK(WORD, acc)

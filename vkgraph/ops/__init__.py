@@ -25,6 +25,13 @@ LOCAL_SIZE = 64
 CPU_LOCAL = 8
 LINEAR_ROWS_CPU = 32
 LINEAR_TOKENS_CPU = 8
+#: rows per invocation of a GGML-quantized linear's tiles (several tokens on a CPU renderer),
+#: whose rows loop is unrolled (glsl/linear_quant.glsl). lavapipe, SmolLM2's linears at 32 tokens
+#: in one process, GPU ms min (median), against 32 rows rolled: q4_0 9.8 (10.1) against 11.9
+#: (12.1) for 2 layers, q8_0 11.6 (13.4) against 15.4 (20.4), q4_1 14.5 (15.2) against 16.3
+#: (16.8) for 3 layers (16 rows rolled 16.6, 32 unrolled 15.9); SwiftShader within 3%. The
+#: unrolled loop costs at pipeline creation: SmolLM2's 7 linear pipelines 229-254 ms against 130.
+LINEAR_TILE_ROWS_CPU = 16
 #: CPU renderers whose shader compiler keeps the fp32 linear's tile in registers, so it runs
 #: glsl/linear_tiled.glsl there (lavapipe, MiniLM at 32 sentences: linear_4x4 16.1 s,
 #: tiled 0.5-0.9 s); SwiftShader's keeps it in memory (linear_4x4 7.5 s, tiled 11.3 s)
@@ -226,10 +233,10 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
 def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
                   residual: ValueRef | None = None, up: ValueRef | None = None, norm: Norm | None = None) -> None:
     """The dispatches of a GGML-quantized linear, one per window of weight rows. On CPU renderers
-    (lavapipe, SwiftShader) an invocation computes LINEAR_ROWS_CPU rows for up to
-    LINEAR_TOKENS_CPU tokens, so a weight block is decoded once for all of them and x read once
-    for all rows; the weight (and, with several tokens, x) is read as a uniform texel buffer where
-    the device allows one that large: lavapipe runs a storage-buffer load inside a loop as a loop
+    (lavapipe, SwiftShader) an invocation computes LINEAR_ROWS_CPU rows of one token, or
+    LINEAR_TILE_ROWS_CPU rows for up to LINEAR_TOKENS_CPU tokens, so a weight block is decoded
+    once for all of them and x read once for all rows; the weight (and, with several tokens, x)
+    is read as a uniform texel buffer where the device allows one that large: lavapipe runs a storage-buffer load inside a loop as a loop
     over the SIMD lanes, a texel fetch as one gather (glsl/linear_quant.glsl; figures in
     benchmarks/gemv.py). On GPUs an invocation computes one row. ``residual`` is added to y; with
     ``up`` (a second weight of w's format and shape, within one binding) y is silu(x . w) * (x . up)
@@ -237,8 +244,9 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     token at a time, in one before it for tiles."""
     w = g.values[w_ref]
     cpu = CPU_KERNELS and g.device.is_cpu
-    rows, local = (LINEAR_ROWS_CPU, CPU_LOCAL) if cpu else (1, LOCAL_SIZE)
     tokens = min(LINEAR_TOKENS_CPU, m) if cpu else 1
+    rows = (LINEAR_TILE_ROWS_CPU if tokens > 1 else LINEAR_ROWS_CPU) if cpu else 1
+    local = CPU_LOCAL if cpu else LOCAL_SIZE
     if norm is not None and tokens > 1:  # tiles would normalize each token again: once, apart
         x, norm = _normed(g, x, norm), None
     x_texel = tokens > 1 and _texel_ok(g, x, m * k * 4, 16)
