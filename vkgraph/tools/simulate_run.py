@@ -213,7 +213,7 @@ def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64, new_t
                    for p0 in range(0, prompt_tokens, chunk)]
         ttft, prefill = sum(b.seconds for b in batches), batches[-1]
     else:
-        ttft = sum(predict_entry(g, "", rates, p + 1).seconds for p in range(prompt_tokens))
+        ttft = prompt_tokens * predict_entry(g, "", rates, (prompt_tokens + 1) / 2).seconds  # keys 1..N: linear
         prefill = predict_entry(g, "prefill", rates, chunk * (chunk + 1) / 2)
     return DecodePrediction(model, profile.name, prompt_tokens, new_tokens, chunk if batched else 0,
                             prompt_tokens / ttft, 1 / step.seconds, ttft, step, prefill)
