@@ -21,6 +21,9 @@
 #ifndef TOKENS
 #define TOKENS 1
 #endif
+#ifndef PLANES
+#define PLANES 0
+#endif
 
 layout(local_size_x_id = 0) in;
 
@@ -46,6 +49,25 @@ layout(set = 0, binding = 2) readonly buffer Wq { uint w[]; };
 #if GATED
 layout(set = 0, binding = 3) readonly buffer Uq { uint u[]; };
 #define UWORD(i) u[i]
+#endif
+#endif
+
+// PLANES (q4_1 only; packers.QuantPlanesPacker): the blocks' nibbles, 16 bytes each, then their
+// heads (d and m), a word each. A block is its nibbles' 4 words (QUADS: one RGBA32UI texel) and
+// its head; the weight's N rows hold N * K / 32 blocks.
+#if PLANES
+#define NBLK (N * (K / 32u))
+#if TEXEL
+#define PICK(v, c) ((c) == 0u ? (v).x : ((c) == 1u ? (v).y : ((c) == 2u ? (v).z : (v).w)))
+#define WORD_QUADS(b) texelFetch(wt, int(b))
+#define WORD_HEAD(b) PICK(texelFetch(wt, int(NBLK + ((b) >> 2u))), (b) & 3u)
+#define UWORD_QUADS(b) texelFetch(ut, int(b))
+#define UWORD_HEAD(b) PICK(texelFetch(ut, int(NBLK + ((b) >> 2u))), (b) & 3u)
+#else
+#define WORD_QUADS(b) uvec4(w[(b) * 4u], w[(b) * 4u + 1u], w[(b) * 4u + 2u], w[(b) * 4u + 3u])
+#define WORD_HEAD(b) w[NBLK * 4u + (b)]
+#define UWORD_QUADS(b) uvec4(u[(b) * 4u], u[(b) * 4u + 1u], u[(b) * 4u + 2u], u[(b) * 4u + 3u])
+#define UWORD_HEAD(b) u[NBLK * 4u + (b)]
 #endif
 #endif
 
@@ -110,6 +132,16 @@ vec4 bytes4(uint word) {
     } \
     BLOCK_SCALES(head, s) \
     ACC += SCALED(sq, 0.0); }
+#elif PLANES
+#define ROW_BLOCK(WORDF, ACC) { \
+    uvec4 quads = WORDF##_QUADS(blk); \
+    uint head = WORDF##_HEAD(blk); \
+    float sq = 0.0; \
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
+        sq += dot(bytes4(quads[i] & 0x0F0F0F0Fu), lo[i]) + dot(bytes4((quads[i] >> 4u) & 0x0F0F0F0Fu), hi[i]); \
+    } \
+    BLOCK_SCALES(head, s) \
+    ACC += SCALED(sq, sxs); }
 #else
 #define ROW_BLOCK(WORDF, ACC) { \
     uint head = WORDF(base), prev = head; \
@@ -138,6 +170,19 @@ vec4 bytes4(uint word) {
         for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + i]); \
     } \
     BLOCK_SCALES(WORDF(base), s) \
+    for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += SCALED(sq[t], sx[t]); }
+#elif PLANES
+#define TILE_BLOCK(WORDF, ACC) { \
+    float sq[TOKENS]; \
+    for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0; \
+    uvec4 quads = WORDF##_QUADS(blk); \
+    uint head = WORDF##_HEAD(blk); \
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
+        vec4 lo = bytes4(quads[i] & 0x0F0F0F0Fu); \
+        vec4 hi = bytes4((quads[i] >> 4u) & 0x0F0F0F0Fu); \
+        for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(lo, xv[t * 8u + i]) + dot(hi, xv[t * 8u + i + 4u]); \
+    } \
+    BLOCK_SCALES(head, s) \
     for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += SCALED(sq[t], sx[t]); }
 #else
 #define TILE_BLOCK(WORDF, ACC) { \

@@ -25,6 +25,14 @@ def ref_packed(raw):
     return np.concatenate([flat, np.zeros(-flat.nbytes % 4, np.uint8)])
 
 
+def ref_planes(raw):
+    """q4_1 in planes (CPU renderers' linears): every block's 16 bytes of nibbles, then every
+    block's d and m, zero-padded to 16 bytes."""
+    blocks = raw.reshape(-1, 20)
+    flat = np.concatenate([blocks[:, 4:].reshape(-1), blocks[:, :4].reshape(-1)])
+    return np.concatenate([flat, np.zeros(-flat.nbytes % 16, np.uint8)])
+
+
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("n,k,m", [(1, 32, 1), (5, 64, 3), (33, 96, 19), (64, 576, 9)])
 @pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
@@ -37,16 +45,23 @@ def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, m, 
     x = np.random.default_rng(k).standard_normal((m, k)).astype(np.float32)
     ids = np.array([0, n - 1, n // 2, -1, n], np.int32)
     with ComputeGraph(device=device, compiler=compiler) as g:
-        w = g.prepack_tensor(g.add_tensorref(raw, "blk.0.w", quant=fmt))
+        src = g.add_tensorref(raw, "blk.0.w", quant=fmt)
+        w = g.prepack_tensor(src)
         assert g.values[w].shape == (n, k) and g.values[w].layout == fmt
         xin = g.add_input(x.shape, np.float32, "x")
         idin = g.add_input(ids.shape, np.int32, "ids")
         g.set_output(ops.linear(g, xin, w), "y")
         g.set_output(ops.embedding(g, idin, w), "e")  # one packed table serves both (tied weights)
+        g.set_output(ops.linear(g, xin, src), "ys")  # from the source: q4_1 in planes where CPU kernels read it
+        planes = [nd for nd in g.prepack_nodes if nd.packer.name == "q4_1_planes"]
+        assert len(planes) == (fmt == "q4_1" and cpu_kernels and device.is_cpu)
         g.run_prepack()
         np.testing.assert_array_equal(g.read_tensor(w), ref_packed(raw))
+        for nd in planes:
+            np.testing.assert_array_equal(g.read_tensor(nd.dst), ref_planes(raw))
         out = g.execute({"x": x, "ids": ids})
-    np.testing.assert_allclose(out["y"], x.astype(np.float64) @ deq.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+    for key in ("y", "ys"):
+        np.testing.assert_allclose(out[key], x.astype(np.float64) @ deq.T.astype(np.float64), rtol=1e-4, atol=1e-4)
     valid = (ids >= 0) & (ids < n)
     np.testing.assert_array_equal(out["e"], np.where(valid[:, None], deq[np.clip(ids, 0, n - 1)], 0))
 
@@ -149,8 +164,9 @@ def test_stacked_linear(device, compiler, monkeypatch, m, cpu_kernels):
                  g.add_tensorref(dense, "m2")]
         g.set_output(ops.stacked_linear(g, xin, mixed), "ym")
         g.run_prepack()
+        stacked = np.concatenate([raw for raw, _ in parts])
         np.testing.assert_array_equal(g.read_tensor(g.prepack_nodes[0].dst),
-                                      ref_packed(np.concatenate([raw for raw, _ in parts])))
+                                      ref_planes(stacked) if cpu_kernels and device.is_cpu else ref_packed(stacked))
         out = g.execute({"x": x})
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(out["y"], x64 @ np.concatenate([d for _, d in parts]).T, rtol=1e-4, atol=1e-4)

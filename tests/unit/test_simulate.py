@@ -258,3 +258,20 @@ def test_calibration_rounds_take_each_rate_s_median():
     got = _median_of(rounds)
     assert (got.copy_gbps, got.pack_gbps["linear_4x4"], got.execute.host_s) == (2.0, 2.0, 2e-6)
     assert got.execute.threads == 2 and got.name == base.name and got.pack_gbps["identity"] == base.pack_gbps["identity"]
+
+
+def test_a_cpu_renderers_profile_prices_q4_1_in_planes():
+    """With a CPU renderer's profile the builder packs q4_1 linear weights into planes (the
+    packers its kernels read, ops._linear_weight), which the CPU writes at their own rate
+    (``[cpu.host_pack_gbps] q4_1_planes``); without a profile, the file's blocks."""
+    gpu = model_nodes("llama-3.2-1b:q4_1")
+    cpu = model_nodes("llama-3.2-1b:q4_1", PROFILE)
+    assert {n.packer for n in gpu} >= {"q4_1"} and "q4_1_planes" not in {n.packer for n in gpu}
+    planes = [n for n in cpu if n.packer == "q4_1_planes"]
+    # each layer's five linears (q, k and v stacked); the output head reads the tied embedding's blocks
+    assert len(planes) == 16 * 5
+    assert all(n.packed_nbytes == -(-n.src_nbytes // 16) * 16 for n in planes)
+    slow = dataclasses.replace(PROFILE, host_pack_gbps={**PROFILE.host_pack_gbps, "q4_1_planes": 0.5})
+    extra = sum(n.src_nbytes for n in planes) * (1 / 0.5e9 - 1 / (PROFILE.host_pack_gbps["q4_1_planes"] * 1e9))
+    assert simulate(cpu, GraphConfig(), slow).load_s - simulate(cpu, GraphConfig(), PROFILE).load_s == \
+        pytest.approx(extra, rel=1e-6)

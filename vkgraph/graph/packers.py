@@ -303,8 +303,8 @@ class QuantPacker(Packer):
         return Tensor(name, self.dst_shape(src), np.dtype(np.float32), self.layout, self.packed_nbytes(src), constant=True)
 
     def validate_source(self, src: TensorRef) -> None:
-        if src.quant != self.name:
-            self._mismatch(src, f"its source is {src.quant or 'not quantized'!s}, not {self.name}")
+        if src.quant != self.format.name:
+            self._mismatch(src, f"its source is {src.quant or 'not quantized'!s}, not {self.format.name}")
         if len(src.shape) != 2 or src.dtype != np.uint8:
             self._mismatch(src, f"needs uint8 rows of raw blocks, got dims {src.shape} {src.dtype}")
         if src.shape[1] % self.block_bytes:
@@ -318,10 +318,35 @@ class QuantPacker(Packer):
                                 f"of {self.packed_nbytes(src)} bytes")
 
 
+class QuantPlanesPacker(QuantPacker):
+    """Q4_1 blocks for CPU renderers' linears, split into two planes: every block's 16 bytes of
+    nibbles one after another (a 16-byte aligned RGBA32UI texel each), then every block's d and m
+    (a 32-bit word each), zero-padded to 16 bytes. lavapipe runs a texel fetch as a gather, which
+    its GEMV waits on most (5 per block as the file lays them out); from the planes a block is 2.
+    The CPU writes them (no packing shader), so only where device memory is host-visible."""
+
+    def __init__(self, fmt: str):
+        super().__init__(fmt)
+        self.name = self.layout = f"{fmt}_planes"  # type: ignore[misc]
+
+    def pack_host(self, src: TensorRef, data: np.ndarray, out: np.ndarray) -> None:
+        # as 32-bit words (q4_1's 20-byte blocks are 5 words): 3.5 GB/s against 2.1 as bytes
+        blocks = data[:src.nbytes].view(np.uint32).reshape(-1, self.block_bytes // 4)
+        n = blocks.shape[0]
+        words = out[:n * self.block_bytes].view(np.uint32)
+        words[:n * 4].reshape(n, 4)[:] = blocks[:, 1:]
+        words[n * 4:] = blocks[:, 0]
+        out[n * self.block_bytes:] = 0
+
+    def packed_nbytes(self, src: TensorRef) -> int:
+        return -(-src.nbytes // 16) * 16
+
+
 PACKERS: dict[str, Packer] = {
     p.name: p
     for p in (IdentityPacker(), TransposedPacker(), Linear4x4Packer(), Conv2dC4Packer(),
-              *(TexturePacker(layout) for layout in TEXTURE_LAYOUTS), *(QuantPacker(f) for f in FORMATS))
+              *(TexturePacker(layout) for layout in TEXTURE_LAYOUTS), *(QuantPacker(f) for f in FORMATS),
+              QuantPlanesPacker("q4_1"))
 }
 
 

@@ -474,6 +474,12 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     big = _big_weights(size_mb)
     pack = {"linear_4x4": _pack_gbps_in_fresh_process("linear_4x4", size_mb, repeat, dispatch_s)}
     host = {name: _host_pack_gbps(name, big, repeat) for name in ("linear_4x4", "transposed")}
+    # q4_1's blocks split into planes: the direct writes' rate of later loads, times the split's
+    # speed against a copy of the same blocks into fresh memory (lavapipe: 1.44..1.81 against
+    # 3.36..4.13 GB/s; SmolLM2's staged loads took 10-15 ms more with the planes, for 60 MB)
+    blocks = [a.reshape(-1).view(np.uint8)[:a.nbytes // 20 * 20].reshape(-1, 20) for a in big]
+    split = _host_pack_gbps("q4_1_planes", blocks, repeat) / _host_pack_gbps("q4_1", blocks, repeat)
+    host["q4_1_planes"] = (settled_direct or direct_copy or fresh) * split
     pack["default"] = pack["linear_4x4"]
     pack["identity"] = copy
     host["default"] = host["linear_4x4"]
@@ -516,7 +522,7 @@ source_read_gbps = {p.source_read_gbps:.4g}   # first read of weights through a 
 encode_node_us = {p.encode_node_s * 1e6:.4g}{_direct_toml(p)}
 submit_us = {p.submit_s * 1e6:.4g}
 
-[cpu.host_pack_gbps]  # the CPU packing into fresh pages (prepack.host_packing = "cpu-renderer")
+[cpu.host_pack_gbps]  # the CPU packing into device memory: host forms (prepack.host_packing = "cpu-renderer"), q4_1_planes
 {host}
 
 [gpu]
@@ -604,7 +610,7 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
                 progress(r * len(cells) + i + 1, repeat * len(cells))
     rows = []
     for model in models:
-        nodes = model_nodes(model)
+        nodes = model_nodes(model, profile)
         for mode in VALIDATE_MODES:
             times = [x["load_s"] for x in settled[(model, mode)]]
             first = [x["load_s"] for x in fresh[(model, mode)]]

@@ -118,7 +118,11 @@ class Profile:
         unless the weight is larger than a shared block (graph.allocation.BLOCK_NBYTES): a block
         of its own is mapped anew by every load. A first load is never priced faster than a later
         one: on SwiftShader a fresh block took copies faster (8.3 GB/s) than the blocks of later
-        loads (4.2 GB/s), while SmolLM2's first loads there took as long as its later ones."""
+        loads (4.2 GB/s), while SmolLM2's first loads there took as long as its later ones. A
+        packer with a rate of its own in ``[cpu.host_pack_gbps]`` is priced at it, a copy or not
+        (q4_1_planes: the CPU splits the blocks into planes)."""
+        if packer in self.host_pack_gbps:
+            return self.host_pack_gbps[packer] * GB
         if get_packer(packer).shader is None:
             fresh = self.direct_copy_gbps or self.fresh_copy_gbps
             later = self.settled_direct_gbps or fresh
@@ -185,12 +189,15 @@ def load_profile(path: str | Path) -> Profile:
 # --- a model's prepack nodes ----------------------------------------------------------------------
 
 
-def model_nodes(model: str) -> list[SimNode]:
+def model_nodes(model: str, profile: Profile | None = None) -> list[SimNode]:
     """The prepack nodes of any model the registry knows (``synthetic:<MB>``, ``minilm``,
     ``smollm2``, a BERT directory or ``.gguf`` file, a shape-only ``llama-3-8b:q4_0``...), in
-    load order: its builder run on a recording graph."""
+    load order: its builder run on a recording graph, with the facts of ``profile``'s device
+    where given (its kernels choose the packers: q4_1 in planes on CPU renderers)."""
+    from .simulate_run import device_facts
+
     with open_model(model, shapes_only=True) as m:
-        g = ComputeGraph.recording()
+        g = ComputeGraph.recording(facts=device_facts(profile)) if profile else ComputeGraph.recording()
         m.build(g)
     return [SimNode(g.values[n.src].name, n.packer.name, g.values[n.src].nbytes, g.values[n.dst].nbytes)
             for n in g.prepack_nodes]
