@@ -1,7 +1,8 @@
 #version 450
-// out[t][k] = dequantized table[ids[t]][k] for a table of GGML blocks (quant_blocks.h). The bound table
-// is the window of rows [r0, r1) of a V-row table: only ids in the window are written, and the
-// dispatch with `first` set also writes zero rows for ids outside [0, V).
+// out[t][k] = dequantized table[ids[t]][k] for a table of GGML blocks (quant_blocks.h; PLANES:
+// split into planes, the whole table bound). The bound table is the window of rows [r0, r1) of a
+// V-row table: only ids in the window are written, and the dispatch with `first` set also writes
+// zero rows for ids outside [0, V).
 #extension GL_GOOGLE_include_directive : require
 #include "quant_blocks.h"
 
@@ -11,8 +12,6 @@ layout(set = 0, binding = 0) writeonly buffer Out { float outv[]; };
 layout(set = 0, binding = 1) readonly buffer Ids { int ids[]; };
 layout(set = 0, binding = 2) readonly buffer Wq { uint w[]; };
 
-#include "quant_dequant.h"
-
 layout(push_constant) uniform Params {
     uint T;
     uint K;
@@ -21,6 +20,9 @@ layout(push_constant) uniform Params {
     uint V;
     uint first;
 };
+
+#define NBLK ((r1 - r0) * (K / 32u))  // PLANES: the whole table is bound
+#include "quant_dequant.h"
 
 void main() {
     uint nb = K / 32u;

@@ -21,9 +21,6 @@
 #ifndef TOKENS
 #define TOKENS 1
 #endif
-#ifndef PLANES
-#define PLANES 0
-#endif
 
 layout(local_size_x_id = 0) in;
 
@@ -52,22 +49,22 @@ layout(set = 0, binding = 3) readonly buffer Uq { uint u[]; };
 #endif
 #endif
 
-// PLANES (q4_1 only; packers.QuantPlanesPacker): the blocks' nibbles, 16 bytes each, then their
-// heads (d and m), a word each. A block is its nibbles' 4 words (QUADS: one RGBA32UI texel) and
-// its head; the weight's N rows hold N * K / 32 blocks.
+// PLANES (quant_blocks.h): block b's quant texel j (of QUADS) and its head; the weight's N rows
+// hold N * K / 32 blocks.
 #if PLANES
 #define NBLK (N * (K / 32u))
 #if TEXEL
 #define PICK(v, c) ((c) == 0u ? (v).x : ((c) == 1u ? (v).y : ((c) == 2u ? (v).z : (v).w)))
-#define WORD_QUADS(b) texelFetch(wt, int(b))
-#define WORD_HEAD(b) PICK(texelFetch(wt, int(NBLK + ((b) >> 2u))), (b) & 3u)
-#define UWORD_QUADS(b) texelFetch(ut, int(b))
-#define UWORD_HEAD(b) PICK(texelFetch(ut, int(NBLK + ((b) >> 2u))), (b) & 3u)
+#define WORD_QUADS(b, j) texelFetch(wt, int((b) * QUADS + (j)))
+#define WORD_HEAD(b) PICK(texelFetch(wt, int(NBLK * QUADS + ((b) >> 2u))), (b) & 3u)
+#define UWORD_QUADS(b, j) texelFetch(ut, int((b) * QUADS + (j)))
+#define UWORD_HEAD(b) PICK(texelFetch(ut, int(NBLK * QUADS + ((b) >> 2u))), (b) & 3u)
 #else
-#define WORD_QUADS(b) uvec4(w[(b) * 4u], w[(b) * 4u + 1u], w[(b) * 4u + 2u], w[(b) * 4u + 3u])
-#define WORD_HEAD(b) w[NBLK * 4u + (b)]
-#define UWORD_QUADS(b) uvec4(u[(b) * 4u], u[(b) * 4u + 1u], u[(b) * 4u + 2u], u[(b) * 4u + 3u])
-#define UWORD_HEAD(b) u[NBLK * 4u + (b)]
+#define QUAD_AT(a, q) uvec4(a[(q) * 4u], a[(q) * 4u + 1u], a[(q) * 4u + 2u], a[(q) * 4u + 3u])
+#define WORD_QUADS(b, j) QUAD_AT(w, (b) * QUADS + (j))
+#define WORD_HEAD(b) w[NBLK * QUADS * 4u + (b)]
+#define UWORD_QUADS(b, j) QUAD_AT(u, (b) * QUADS + (j))
+#define UWORD_HEAD(b) u[NBLK * QUADS * 4u + (b)]
 #endif
 #endif
 
@@ -120,7 +117,20 @@ vec4 bytes4(uint word) {
 
 // One token: the block at word base (bit shift s) of a row, read through WORDF, dotted with x
 // (xv: its 32 values; Q4: lo and hi, the sum sxs), added to ACC.
-#if QTYPE == 2
+#if QTYPE == 2 && PLANES
+#define ROW_BLOCK(WORDF, ACC) { \
+    uint head = WORDF##_HEAD(blk); \
+    float sq = 0.0; \
+    [[unroll]] for (uint j = 0u; j < 2u; ++j) { \
+        uvec4 quads = WORDF##_QUADS(blk, j); \
+        [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
+            vec4 q = bytes4(quads[i]); \
+            sq += dot(q - 256.0 * vec4(greaterThanEqual(q, vec4(128.0))), xv[j * 4u + i]); \
+        } \
+    } \
+    BLOCK_SCALES(head, s) \
+    ACC += SCALED(sq, 0.0); }
+#elif QTYPE == 2
 #define ROW_BLOCK(WORDF, ACC) { \
     uint head = WORDF(base), prev = head; \
     float sq = 0.0; \
@@ -134,7 +144,7 @@ vec4 bytes4(uint word) {
     ACC += SCALED(sq, 0.0); }
 #elif PLANES
 #define ROW_BLOCK(WORDF, ACC) { \
-    uvec4 quads = WORDF##_QUADS(blk); \
+    uvec4 quads = WORDF##_QUADS(blk, 0u); \
     uint head = WORDF##_HEAD(blk); \
     float sq = 0.0; \
     [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
@@ -158,7 +168,22 @@ vec4 bytes4(uint word) {
 
 // TOKENS tokens: the block at word base (bit shift s) of row r, read through WORDF, dotted with
 // each token's x (xv, sums sx), added to ACC[r * TOKENS + t].
-#if QTYPE == 2
+#if QTYPE == 2 && PLANES
+#define TILE_BLOCK(WORDF, ACC) { \
+    float sq[TOKENS]; \
+    for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0; \
+    uint head = WORDF##_HEAD(blk); \
+    [[unroll]] for (uint j = 0u; j < 2u; ++j) { \
+        uvec4 quads = WORDF##_QUADS(blk, j); \
+        [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
+            vec4 q = bytes4(quads[i]); \
+            q -= 256.0 * vec4(greaterThanEqual(q, vec4(128.0))); \
+            for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + j * 4u + i]); \
+        } \
+    } \
+    BLOCK_SCALES(head, s) \
+    for (uint t = 0u; t < TOKENS; ++t) ACC[r * TOKENS + t] += SCALED(sq[t], sx[t]); }
+#elif QTYPE == 2
 // unrolled: lavapipe left this loop rolled once the quant words were spliced, and kept xv in
 // memory (3x slower)
 #define TILE_BLOCK(WORDF, ACC) { \
@@ -175,7 +200,7 @@ vec4 bytes4(uint word) {
 #define TILE_BLOCK(WORDF, ACC) { \
     float sq[TOKENS]; \
     for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0; \
-    uvec4 quads = WORDF##_QUADS(blk); \
+    uvec4 quads = WORDF##_QUADS(blk, 0u); \
     uint head = WORDF##_HEAD(blk); \
     [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
         vec4 lo = bytes4(quads[i] & 0x0F0F0F0Fu); \

@@ -14,9 +14,20 @@
 #else
 #define BLOCK_BYTES 34u
 #endif
+// PLANES (packers.QuantPlanesPacker, CPU renderers): the blocks split into two planes, every
+// block's quants (QUADS RGBA32UI texels: 16 bytes of nibbles, or Q8_0's 32 int8), then every
+// block's head (a word: d and Q4_1's m, or d in the low half; BLOCK_SHIFT 0).
+#ifndef PLANES
+#define PLANES 0
+#endif
+#if QTYPE == 2
+#define QUADS 2u
+#else
+#define QUADS 1u
+#endif
 // A block's first word and where in it the block starts (0 or 16 bits). Written without a
 // division: lavapipe's linears ran 30% slower on ((i) * BLOCK_BYTES / 4u).
-#if QTYPE == 1
+#if QTYPE == 1 || PLANES
 #define BLOCK_WORD(i) ((i) * 5u)
 #define BLOCK_SHIFT(i) 0u
 #else

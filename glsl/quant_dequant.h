@@ -1,21 +1,27 @@
-// Reading packed quantized weights; include after quant_blocks.h and a readonly `uint w[]`.
+// Reading packed quantized weights; include after quant_blocks.h and a readonly `uint w[]`, and
+// with PLANES after NBLK (the blocks bound) is defined.
+
+#if PLANES
+#define HEAD_WORD(blk) w[NBLK * QUADS * 4u + (blk)]
+#define QUANT_AT(blk, i) w[(blk) * QUADS * 4u + (i)]
+#else
+#define HEAD_WORD(blk) w[BLOCK_WORD(blk)]
+#define QUANT_AT(blk, i) QUANT_WORD(w[BLOCK_WORD(blk) + (i)], w[BLOCK_WORD(blk) + (i) + 1u], BLOCK_SHIFT(blk))
+#endif
 
 // Weight j (0..31) of block blk.
 float dequant(uint blk, uint j) {
-    uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
-    float d = BLOCK_D(w[base], s);
+    uint head = HEAD_WORD(blk);
+    float d = BLOCK_D(head, BLOCK_SHIFT(blk));
 #if QTYPE == 2
-    uint i = j / 4u;
-    uint word = QUANT_WORD(w[base + i], w[base + i + 1u], s);
-    return d * float(bitfieldExtract(int(word), int((j % 4u) * 8u), 8));
+    return d * float(bitfieldExtract(int(QUANT_AT(blk, j / 4u)), int((j % 4u) * 8u), 8));
 #else
-    uint i = (j % 16u) / 4u;
-    uint byte_ = (QUANT_WORD(w[base + i], w[base + i + 1u], s) >> ((j % 4u) * 8u)) & 0xFFu;
+    uint byte_ = (QUANT_AT(blk, (j % 16u) / 4u) >> ((j % 4u) * 8u)) & 0xFFu;
     float q = float(j < 16u ? byte_ & 0xFu : byte_ >> 4u);
 #if QTYPE == 0
     return d * (q - 8.0);
 #else
-    return d * q + BLOCK_M(w[base]);
+    return d * q + BLOCK_M(head);
 #endif
 #endif
 }

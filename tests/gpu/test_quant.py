@@ -25,11 +25,15 @@ def ref_packed(raw):
     return np.concatenate([flat, np.zeros(-flat.nbytes % 4, np.uint8)])
 
 
-def ref_planes(raw):
-    """q4_1 in planes (CPU renderers' linears): every block's 16 bytes of nibbles, then every
-    block's d and m, zero-padded to 16 bytes."""
-    blocks = raw.reshape(-1, 20)
-    flat = np.concatenate([blocks[:, 4:].reshape(-1), blocks[:, :4].reshape(-1)])
+def ref_planes(fmt, raw):
+    """Blocks in planes (CPU renderers' linears): every block's quants (16 bytes of nibbles or 32
+    int8), then every block's head as a 32-bit word (d and Q4_1's m, or d and two zero bytes),
+    zero-padded to 16 bytes."""
+    f = FORMATS[fmt]
+    blocks = raw.reshape(-1, f.block_nbytes)
+    heads = np.zeros((blocks.shape[0], 4), np.uint8)
+    heads[:, :f.head_nbytes] = blocks[:, :f.head_nbytes]
+    flat = np.concatenate([blocks[:, f.head_nbytes:].reshape(-1), heads.reshape(-1)])
     return np.concatenate([flat, np.zeros(-flat.nbytes % 16, np.uint8)])
 
 
@@ -52,18 +56,22 @@ def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, m, 
         idin = g.add_input(ids.shape, np.int32, "ids")
         g.set_output(ops.linear(g, xin, w), "y")
         g.set_output(ops.embedding(g, idin, w), "e")  # one packed table serves both (tied weights)
-        g.set_output(ops.linear(g, xin, src), "ys")  # from the source: q4_1 in planes where CPU kernels read it
-        planes = [nd for nd in g.prepack_nodes if nd.packer.name == "q4_1_planes"]
-        assert len(planes) == (fmt == "q4_1" and cpu_kernels and device.is_cpu)
+        g.set_output(ops.linear(g, xin, src), "ys")  # from the source: in planes where CPU kernels read it
+        tied = ops.tied_table(g, src)  # the same planes, which an embedding reads too
+        g.set_output(ops.embedding(g, idin, tied), "et")
+        g.set_output(ops.linear(g, xin, tied), "yt")
+        planes = [nd for nd in g.prepack_nodes if nd.packer.name == f"{fmt}_planes"]
+        assert len(planes) == (cpu_kernels and device.is_cpu)
         g.run_prepack()
         np.testing.assert_array_equal(g.read_tensor(w), ref_packed(raw))
         for nd in planes:
-            np.testing.assert_array_equal(g.read_tensor(nd.dst), ref_planes(raw))
+            np.testing.assert_array_equal(g.read_tensor(nd.dst), ref_planes(fmt, raw))
         out = g.execute({"x": x, "ids": ids})
-    for key in ("y", "ys"):
+    for key in ("y", "ys", "yt"):
         np.testing.assert_allclose(out[key], x.astype(np.float64) @ deq.T.astype(np.float64), rtol=1e-4, atol=1e-4)
     valid = (ids >= 0) & (ids < n)
-    np.testing.assert_array_equal(out["e"], np.where(valid[:, None], deq[np.clip(ids, 0, n - 1)], 0))
+    for key in ("e", "et"):
+        np.testing.assert_array_equal(out[key], np.where(valid[:, None], deq[np.clip(ids, 0, n - 1)], 0))
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -166,7 +174,7 @@ def test_stacked_linear(device, compiler, monkeypatch, m, cpu_kernels):
         g.run_prepack()
         stacked = np.concatenate([raw for raw, _ in parts])
         np.testing.assert_array_equal(g.read_tensor(g.prepack_nodes[0].dst),
-                                      ref_planes(stacked) if cpu_kernels and device.is_cpu else ref_packed(stacked))
+                                      ref_planes("q4_1", stacked) if cpu_kernels and device.is_cpu else ref_packed(stacked))
         out = g.execute({"x": x})
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(out["y"], x64 @ np.concatenate([d for _, d in parts]).T, rtol=1e-4, atol=1e-4)
@@ -228,3 +236,18 @@ def test_quant_mismatch_is_named(device, compiler):
         plain = g.add_tensorref(np.zeros((4, 20), np.uint8), "plain")
         with pytest.raises(PrepackMismatchError, match="'plain'.*not quantized, not q4_1"):
             g.prepack_tensor(plain, "q4_1")
+
+
+def test_planes_larger_than_a_binding_are_refused(device, compiler):
+    """A weight in planes is read whole (the heads follow every block's quants): one packed into
+    planes by hand that a binding cannot hold is refused by name, before any GPU work."""
+    raw, _ = quantized("q8_0", 64, 64, 1)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        src = g.add_tensorref(raw, "blk.0.big", quant="q8_0")
+        w = g.prepack_tensor(src, "q8_0_planes")
+        g.max_binding_nbytes = 1024
+        xin = g.add_input((1, 64), np.float32, "x")
+        with pytest.raises(ValueError, match="blk.0.big"):
+            ops.linear(g, xin, w)
+        with pytest.raises(ValueError, match="blk.0.big"):
+            ops.embedding(g, g.add_input((2,), np.int32, "ids"), w)

@@ -4,6 +4,7 @@ import pytest
 
 from vkgraph.config import GraphConfig
 from vkgraph.errors import ConfigError
+from vkgraph.ggml import FORMATS
 from vkgraph.graph.allocation import BLOCK_NBYTES
 from vkgraph.graph.scheduler import plan_prepack
 from vkgraph.tools.simulate import SimNode, load_profile, model_nodes, simulate
@@ -260,18 +261,24 @@ def test_calibration_rounds_take_each_rate_s_median():
     assert got.execute.threads == 2 and got.name == base.name and got.pack_gbps["identity"] == base.pack_gbps["identity"]
 
 
-def test_a_cpu_renderers_profile_prices_q4_1_in_planes():
-    """With a CPU renderer's profile the builder packs q4_1 linear weights into planes (the
-    packers its kernels read, ops._linear_weight), which the CPU writes at their own rate
-    (``[cpu.host_pack_gbps] q4_1_planes``); without a profile, the file's blocks."""
+def test_a_cpu_renderers_profile_prices_ggml_blocks_in_planes():
+    """With a CPU renderer's profile the builder packs GGML weights into planes (the packers its
+    kernels read, ops._planes), the tied embedding too (the output head reads it), which the CPU
+    writes at their own rates (``[cpu.host_pack_gbps] q4_1_planes``...); without a profile, the
+    file's blocks."""
     gpu = model_nodes("llama-3.2-1b:q4_1")
     cpu = model_nodes("llama-3.2-1b:q4_1", PROFILE)
-    assert {n.packer for n in gpu} >= {"q4_1"} and "q4_1_planes" not in {n.packer for n in gpu}
-    planes = [n for n in cpu if n.packer == "q4_1_planes"]
-    # each layer's five linears (q, k and v stacked); the output head reads the tied embedding's blocks
-    assert len(planes) == 16 * 5
-    assert all(n.packed_nbytes == -(-n.src_nbytes // 16) * 16 for n in planes)
+    assert {n.packer for n in gpu} == {"q4_1", "q8_0", "identity"}
+    assert {n.packer for n in cpu} == {"q4_1_planes", "q8_0_planes", "identity"}
+    planes = [n for n in cpu if n.packer.endswith("_planes")]
+    # each layer's five linears (q, k and v stacked) in q4_1; the tied embedding in q8_0
+    assert [n.packer for n in planes].count("q4_1_planes") == 16 * 5 and len(planes) == 16 * 5 + 1
+    for n in planes:  # 4 bytes of head a block, whole texels
+        f = FORMATS[n.packer.removesuffix("_planes")]
+        blocks = n.src_nbytes // f.block_nbytes
+        assert n.packed_nbytes == -(-blocks * (f.block_nbytes - f.head_nbytes + 4) // 16) * 16
+    q41 = [n for n in planes if n.packer == "q4_1_planes"]
     slow = dataclasses.replace(PROFILE, host_pack_gbps={**PROFILE.host_pack_gbps, "q4_1_planes": 0.5})
-    extra = sum(n.src_nbytes for n in planes) * (1 / 0.5e9 - 1 / (PROFILE.host_pack_gbps["q4_1_planes"] * 1e9))
+    extra = sum(n.src_nbytes for n in q41) * (1 / 0.5e9 - 1 / (PROFILE.host_pack_gbps["q4_1_planes"] * 1e9))
     assert simulate(cpu, GraphConfig(), slow).load_s - simulate(cpu, GraphConfig(), PROFILE).load_s == \
         pytest.approx(extra, rel=1e-6)

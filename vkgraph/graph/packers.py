@@ -319,34 +319,38 @@ class QuantPacker(Packer):
 
 
 class QuantPlanesPacker(QuantPacker):
-    """Q4_1 blocks for CPU renderers' linears, split into two planes: every block's 16 bytes of
-    nibbles one after another (a 16-byte aligned RGBA32UI texel each), then every block's d and m
-    (a 32-bit word each), zero-padded to 16 bytes. lavapipe runs a texel fetch as a gather, which
-    its GEMV waits on most (5 per block as the file lays them out); from the planes a block is 2.
-    The CPU writes them (no packing shader), so only where device memory is host-visible."""
+    """GGML blocks for CPU renderers' linears, split into two planes: every block's quants (16
+    bytes of nibbles, or Q8_0's 32 int8) one after another, whole RGBA32UI texels, then every
+    block's head (a 32-bit word each: d and Q4_1's m, or d in the low half), zero-padded to 16
+    bytes. lavapipe runs a texel fetch as a gather, which its GEMV waits on most (5 or 9 per block
+    as the file lays them out, spliced where a block is not word-aligned); from the planes a block
+    is 2 or 3. The CPU writes them (no packing shader), so only where device memory is
+    host-visible."""
 
     def __init__(self, fmt: str):
         super().__init__(fmt)
         self.name = self.layout = f"{fmt}_planes"  # type: ignore[misc]
+        self.quant_bytes = self.block_bytes - self.format.head_nbytes
 
     def pack_host(self, src: TensorRef, data: np.ndarray, out: np.ndarray) -> None:
-        # as 32-bit words (q4_1's 20-byte blocks are 5 words): 3.5 GB/s against 2.1 as bytes
-        blocks = data[:src.nbytes].view(np.uint32).reshape(-1, self.block_bytes // 4)
+        # in units of the head (Q4_1's blocks as 32-bit words: 3.5 GB/s against 2.1 as bytes)
+        unit = np.dtype(f"u{self.format.head_nbytes}")
+        blocks = data[:src.nbytes].view(unit).reshape(-1, self.block_bytes // unit.itemsize)
         n = blocks.shape[0]
-        words = out[:n * self.block_bytes].view(np.uint32)
-        words[:n * 4].reshape(n, 4)[:] = blocks[:, 1:]
-        words[n * 4:] = blocks[:, 0]
-        out[n * self.block_bytes:] = 0
+        out[:n * self.quant_bytes].view(unit).reshape(n, -1)[:] = blocks[:, 1:]
+        out[n * self.quant_bytes:n * (self.quant_bytes + 4)].view(np.uint32)[:] = blocks[:, 0]
+        out[n * (self.quant_bytes + 4):] = 0
 
     def packed_nbytes(self, src: TensorRef) -> int:
-        return -(-src.nbytes // 16) * 16
+        blocks = src.nbytes // self.block_bytes
+        return -(-blocks * (self.quant_bytes + 4) // 16) * 16
 
 
 PACKERS: dict[str, Packer] = {
     p.name: p
     for p in (IdentityPacker(), TransposedPacker(), Linear4x4Packer(), Conv2dC4Packer(),
               *(TexturePacker(layout) for layout in TEXTURE_LAYOUTS), *(QuantPacker(f) for f in FORMATS),
-              QuantPlanesPacker("q4_1"))
+              *(QuantPlanesPacker(f) for f in FORMATS))
 }
 
 

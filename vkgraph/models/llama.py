@@ -169,12 +169,14 @@ def build(g: ComputeGraph, f: GGUFFile | PublishedShapes, cfg: LlamaConfig, max_
         return weights[name]
 
     kv = cfg.kv_heads * cfg.head_dim
-    token_embd = g.prepack_tensor(w("token_embd.weight"))  # packed once: embedding and, if tied, output
+    tied = "output.weight" not in f.tensors
+    embd = w("token_embd.weight")  # packed once: embedding and, if tied, output
+    token_embd = ops.tied_table(g, embd) if tied else g.prepack_tensor(embd)
     keys_visible = g.prepack_tensor(g.add_tensorref(np.ones(max_context, np.float32), "kv_mask"))
     angles = ops.rope_table(g, max_context, cfg.head_dim, cfg.rope_theta)
     caches = [(g.add_tensor((max_context, kv), np.float32, f"blk.{i}.k_cache"),
                g.add_tensor((max_context, kv), np.float32, f"blk.{i}.v_cache")) for i in range(cfg.layers)]
-    out_w = w("output.weight") if "output.weight" in f.tensors else token_embd
+    out_w = token_embd if tied else w("output.weight")
 
     def decoder(ids: ValueRef, step: ValueRef) -> ValueRef:
         """The hidden states after the last layer, a row per token of ``ids``."""

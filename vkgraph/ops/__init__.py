@@ -12,6 +12,7 @@ from ..errors import UnsupportedFeatureError
 from ..ggml import FORMATS
 from ..graph.compute_graph import ComputeGraph
 from ..graph.nodes import DispatchNode, dispatch_groups
+from ..graph.packers import get_packer
 from ..graph.scheduler import align_up
 from ..graph.values import (PACKED_DIM, TEXTURE_LAYOUTS, LazySource, Tensor, TensorRef, ValueRef, contiguous_strides,
                              gather_params)
@@ -84,20 +85,45 @@ def _weight(g: ComputeGraph, ref: ValueRef, packer: str) -> ValueRef:
     return ref
 
 
-#: the layouts of GGML weights linears read, by the block format they hold: the file's blocks, or
-#: on CPU renderers q4_1's in planes (packers.QuantPlanesPacker; a decode step's GEMVs, lavapipe,
-#: SmolLM2's shapes in one process: 20 of them min 4.80 -> 4.09 ms, median 6.53 -> 5.19)
-QUANT_LAYOUTS = {**{f: f for f in FORMATS}, "q4_1_planes": "q4_1"}
+#: the layouts of GGML weights, by the block format they hold: the file's blocks, or on CPU
+#: renderers split into planes (packers.QuantPlanesPacker; a decode step's GEMVs, lavapipe,
+#: SmolLM2's shapes in one process: 20 of them in q4_1 min 4.80 -> 4.09 ms, median 6.53 -> 5.19;
+#: its Q8_0 output projection, 49152 rows, min 7.48 -> 6.26 ms, median 9.11 -> 7.05)
+QUANT_LAYOUTS = {**{f: f for f in FORMATS}, **{f"{f}_planes": f for f in FORMATS}}
+
+
+def _planes(g: ComputeGraph, ref: ValueRef) -> str | None:
+    """The planes packer of a GGML weight source where a CPU renderer's kernels read it
+    (CPU_KERNELS) whole (one binding) from host-visible memory the CPU writes, else None."""
+    value = g.values[ref]
+    if not (isinstance(value, TensorRef) and value.quant in FORMATS and CPU_KERNELS and g.device.is_cpu
+            and g.device.host_visible_device_local):
+        return None
+    packer = f"{value.quant}_planes"
+    return packer if get_packer(packer).packed_nbytes(value) <= g.max_binding_nbytes else None
 
 
 def _linear_weight(g: ComputeGraph, ref: ValueRef) -> ValueRef:
-    """A linear's packed weight: :func:`_weight`'s, but q4_1 in planes where a CPU renderer's
-    kernels read it (CPU_KERNELS) whole (one binding) from host-visible memory the CPU writes."""
-    value = g.values[ref]
-    if (isinstance(value, TensorRef) and value.quant == "q4_1" and CPU_KERNELS and g.device.is_cpu
-            and g.device.host_visible_device_local and value.nbytes + 16 <= g.max_binding_nbytes):
-        return g.prepack_tensor(ref, "q4_1_planes")
-    return _weight(g, ref, "linear_4x4")
+    """A linear's packed weight: :func:`_weight`'s, but GGML blocks in planes (:func:`_planes`)."""
+    planes = _planes(g, ref)
+    return g.prepack_tensor(ref, planes) if planes else _weight(g, ref, "linear_4x4")
+
+
+def tied_table(g: ComputeGraph, ref: ValueRef) -> ValueRef:
+    """A table that both an embedding and a linear read (a model's tied input and output
+    embeddings), packed once: GGML blocks in planes where :func:`linear` would put them, else
+    as it is."""
+    return g.prepack_tensor(ref, _planes(g, ref) or None)
+
+
+def _one_window(g: ComputeGraph, ref: ValueRef, rows: int, what: str) -> list[tuple[int, int, tuple]]:
+    """:func:`_row_windows`, where a weight in planes must be bound whole."""
+    windows = _row_windows(g, ref, rows)
+    t = g.values[ref]
+    if len(windows) > 1 and QUANT_LAYOUTS.get(t.layout, t.layout) != t.layout:
+        raise ValueError(f"{what}: {t.name} in {t.layout} ({t.nbytes} bytes) is larger than one binding "
+                         f"({g.max_binding_nbytes} bytes)")
+    return windows
 
 
 def _row_windows(g: ComputeGraph, ref: ValueRef, rows: int, unit: int = 1) -> list[tuple[int, int, tuple]]:
@@ -275,7 +301,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     g_texel = cpu and gamma is not None and _texel_ok(g, gamma, k * 4, 16)
     fmt, planes = QUANT_LAYOUTS[w.layout], w.layout != QUANT_LAYOUTS[w.layout]
     word = "rgba32ui" if planes else "r32ui"  # the weight's texels: a block's nibbles, or a word
-    for r0, r1, wb in _row_windows(g, w_ref, n):
+    for r0, r1, wb in _one_window(g, w_ref, n, "linear"):
         texel = cpu and _texel_ok(g, wb, w.nbytes, 16 if planes else 4)
         work = -(-(r1 - r0) // rows) * -(-m // tokens)
         g.add_dispatch(DispatchNode("linear_quant", [y, x, wb, *extra, *([up] if up is not None else []),
@@ -919,7 +945,7 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef, layout: str | Non
     t = it.shape[0]
     if layout:
         out_shape = tuple(shape or (t, d))
-        if layout != "width_packed" or tt.layout in FORMATS or tt.nbytes > g.max_binding_nbytes or \
+        if layout != "width_packed" or tt.layout in QUANT_LAYOUTS or tt.nbytes > g.max_binding_nbytes or \
                 out_shape[-1] != d or int(np.prod(out_shape)) != t * d:
             raise ValueError(f"embedding: on textures, width-packed [..., {d}] rows of an fp32 table within one "
                              f"binding; not {layout} {out_shape} of {tt.layout} {tt.nbytes} bytes")
@@ -930,12 +956,12 @@ def embedding(g: ComputeGraph, ids: ValueRef, table: ValueRef, layout: str | Non
                                     moved_nbytes=2 * ot.nbytes))
         return out
     out = g.add_tensor((t, d), np.float32)
-    quant = tt.layout in FORMATS
-    for i, (r0, r1, tb) in enumerate(_row_windows(g, table, v)):
-        g.add_dispatch(DispatchNode("embedding_quant" if quant else "embedding", [out, ids, tb],
-                                    struct.pack("<6I", t, d, r0, r1, v, int(i == 0)) + bytes(0 if quant else 4),
-                                    {0: LOCAL_SIZE},
-                                    _groups(g, t * d), {"QTYPE": FORMATS[tt.layout].qtype} if quant else {},
+    fmt = QUANT_LAYOUTS.get(tt.layout)
+    defines = {"QTYPE": FORMATS[fmt].qtype, "PLANES": int(fmt != tt.layout)} if fmt else {}
+    for i, (r0, r1, tb) in enumerate(_one_window(g, table, v, "embedding")):
+        g.add_dispatch(DispatchNode("embedding_quant" if fmt else "embedding", [out, ids, tb],
+                                    struct.pack("<6I", t, d, r0, r1, v, int(i == 0)) + bytes(0 if fmt else 4),
+                                    {0: LOCAL_SIZE}, _groups(g, t * d), defines,
                                     moved_nbytes=2 * g.values[out].nbytes))  # the rows it reads, not the table
     return out
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..config import GraphConfig
 from ..graph.compute_graph import ComputeGraph
+from ..ggml import FORMATS
 from ..graph.packers import get_packer
 from ..graph.values import ArraySource, TensorRef
 from ..paths import user_cache_dir
@@ -474,12 +475,14 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     big = _big_weights(size_mb)
     pack = {"linear_4x4": _pack_gbps_in_fresh_process("linear_4x4", size_mb, repeat, dispatch_s)}
     host = {name: _host_pack_gbps(name, big, repeat) for name in ("linear_4x4", "transposed")}
-    # q4_1's blocks split into planes, into fresh memory as the other host forms: SmolLM2's first
-    # loads on lavapipe (66 MB in planes) took 0.056-0.059 s, priced at 0.048 when this was the
-    # later loads' copy rate times the split's speed against a copy (2.96 GB/s); measured this way
-    # 2.07-2.18 GB/s
-    blocks = [a.reshape(-1).view(np.uint8)[:a.nbytes // 20 * 20].reshape(-1, 20) for a in big]
-    host["q4_1_planes"] = _host_pack_gbps("q4_1_planes", blocks, repeat)
+    # GGML blocks split into planes, into fresh memory as the other host forms: SmolLM2's first
+    # loads on lavapipe (66 MB of q4_1 in planes) took 0.056-0.059 s, priced at 0.048 when this
+    # was the later loads' copy rate times the split's speed against a copy (2.96 GB/s); measured
+    # this way 2.07-2.18 GB/s
+    for fmt, f in FORMATS.items():
+        blocks = [a.reshape(-1).view(np.uint8)[:a.nbytes // f.block_nbytes * f.block_nbytes]
+                  .reshape(-1, f.block_nbytes) for a in big]
+        host[f"{fmt}_planes"] = _host_pack_gbps(f"{fmt}_planes", blocks, repeat)
     pack["default"] = pack["linear_4x4"]
     pack["identity"] = copy
     host["default"] = host["linear_4x4"]
@@ -522,7 +525,7 @@ source_read_gbps = {p.source_read_gbps:.4g}   # first read of weights through a 
 encode_node_us = {p.encode_node_s * 1e6:.4g}{_direct_toml(p)}
 submit_us = {p.submit_s * 1e6:.4g}
 
-[cpu.host_pack_gbps]  # the CPU packing into device memory: host forms (prepack.host_packing = "cpu-renderer"), q4_1_planes
+[cpu.host_pack_gbps]  # the CPU packing into device memory: host forms (prepack.host_packing = "cpu-renderer"), GGML blocks in planes
 {host}
 
 [gpu]

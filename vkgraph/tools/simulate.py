@@ -120,7 +120,7 @@ class Profile:
         one: on SwiftShader a fresh block took copies faster (8.3 GB/s) than the blocks of later
         loads (4.2 GB/s), while SmolLM2's first loads there took as long as its later ones. A
         packer with a rate of its own in ``[cpu.host_pack_gbps]`` is priced at it, a copy or not
-        (q4_1_planes: the CPU splits the blocks into planes)."""
+        (``q4_1_planes``...: the CPU splits GGML blocks into planes)."""
         if packer in self.host_pack_gbps:
             return self.host_pack_gbps[packer] * GB
         if get_packer(packer).shader is None:
@@ -193,7 +193,7 @@ def model_nodes(model: str, profile: Profile | None = None) -> list[SimNode]:
     """The prepack nodes of any model the registry knows (``synthetic:<MB>``, ``minilm``,
     ``smollm2``, a BERT directory or ``.gguf`` file, a shape-only ``llama-3-8b:q4_0``...), in
     load order: its builder run on a recording graph, with the facts of ``profile``'s device
-    where given (its kernels choose the packers: q4_1 in planes on CPU renderers)."""
+    where given (its kernels choose the packers: GGML blocks in planes on CPU renderers)."""
     from .simulate_run import device_facts
 
     with open_model(model, shapes_only=True) as m:
