@@ -319,7 +319,7 @@ class QuantPacker(Packer):
 
 
 class QuantPlanesPacker(QuantPacker):
-    """GGML blocks for CPU renderers' linears, split into two planes: every block's quants (16
+    """GGML blocks for CPU renderers' kernels, split into two planes: every block's quants (16
     bytes of nibbles, or Q8_0's 32 int8) one after another, whole RGBA32UI texels, then every
     block's head (a 32-bit word each: d and Q4_1's m, or d in the low half), zero-padded to 16
     bytes. lavapipe runs a texel fetch as a gather, which its GEMV waits on most (5 or 9 per block

@@ -300,7 +300,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     at = 3 + len(extra) + (up is not None)  # the norm's weight's binding
     g_texel = cpu and gamma is not None and _texel_ok(g, gamma, k * 4, 16)
     fmt, planes = QUANT_LAYOUTS[w.layout], w.layout != QUANT_LAYOUTS[w.layout]
-    word = "rgba32ui" if planes else "r32ui"  # the weight's texels: a block's nibbles, or a word
+    word = "rgba32ui" if planes else "r32ui"  # the weight's texels: 16 bytes of a block's quants, or a word
     for r0, r1, wb in _one_window(g, w_ref, n, "linear"):
         texel = cpu and _texel_ok(g, wb, w.nbytes, 16 if planes else 4)
         work = -(-(r1 - r0) // rows) * -(-m // tokens)
