@@ -118,12 +118,11 @@ def tied_table(g: ComputeGraph, ref: ValueRef) -> ValueRef:
 
 def _one_window(g: ComputeGraph, ref: ValueRef, rows: int, what: str) -> list[tuple[int, int, tuple]]:
     """:func:`_row_windows`, where a weight in planes must be bound whole."""
-    windows = _row_windows(g, ref, rows)
     t = g.values[ref]
-    if len(windows) > 1 and QUANT_LAYOUTS.get(t.layout, t.layout) != t.layout:
+    if QUANT_LAYOUTS.get(t.layout, t.layout) != t.layout and t.nbytes > g.max_binding_nbytes:
         raise ValueError(f"{what}: {t.name} in {t.layout} ({t.nbytes} bytes) is larger than one binding "
                          f"({g.max_binding_nbytes} bytes)")
-    return windows
+    return _row_windows(g, ref, rows)
 
 
 def _row_windows(g: ComputeGraph, ref: ValueRef, rows: int, unit: int = 1) -> list[tuple[int, int, tuple]]:
