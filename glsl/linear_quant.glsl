@@ -60,11 +60,11 @@ layout(set = 0, binding = 3) readonly buffer Uq { uint u[]; };
 #define UWORD_QUADS(b, j) texelFetch(ut, int((b) * QUADS + (j)))
 #define UWORD_HEAD(b) PICK(texelFetch(ut, int(NBLK * QUADS + ((b) >> 2u))), (b) & 3u)
 #else
-#define QUAD_AT(a, q) uvec4(a[(q) * 4u], a[(q) * 4u + 1u], a[(q) * 4u + 2u], a[(q) * 4u + 3u])
-#define WORD_QUADS(b, j) QUAD_AT(w, (b) * QUADS + (j))
-#define WORD_HEAD(b) w[NBLK * QUADS * 4u + (b)]
-#define UWORD_QUADS(b, j) QUAD_AT(u, (b) * QUADS + (j))
-#define UWORD_HEAD(b) u[NBLK * QUADS * 4u + (b)]
+#define QUAD_AT(a, at) uvec4(a[at], a[(at) + 1u], a[(at) + 2u], a[(at) + 3u])
+#define WORD_QUADS(b, j) QUAD_AT(w, PLANE_QUANT(b, (j) * 4u))
+#define WORD_HEAD(b) w[PLANE_HEAD(b)]
+#define UWORD_QUADS(b, j) QUAD_AT(u, PLANE_QUANT(b, (j) * 4u))
+#define UWORD_HEAD(b) u[PLANE_HEAD(b)]
 #endif
 #endif
 

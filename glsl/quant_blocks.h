@@ -25,6 +25,10 @@
 #else
 #define QUADS 1u
 #endif
+// In words (NBLK: the blocks bound, which the includer defines): quant word i of block b, and
+// block b's head.
+#define PLANE_QUANT(b, i) ((b) * QUADS * 4u + (i))
+#define PLANE_HEAD(b) (NBLK * QUADS * 4u + (b))
 // A block's first word and where in it the block starts (0 or 16 bits). Written without a
 // division: lavapipe's linears ran 30% slower on ((i) * BLOCK_BYTES / 4u).
 #if QTYPE == 1 || PLANES

@@ -2,8 +2,8 @@
 // with PLANES after NBLK (the blocks bound) is defined.
 
 #if PLANES
-#define HEAD_WORD(blk) w[NBLK * QUADS * 4u + (blk)]
-#define QUANT_AT(blk, i) w[(blk) * QUADS * 4u + (i)]
+#define HEAD_WORD(blk) w[PLANE_HEAD(blk)]
+#define QUANT_AT(blk, i) w[PLANE_QUANT(blk, i)]
 #else
 #define HEAD_WORD(blk) w[BLOCK_WORD(blk)]
 #define QUANT_AT(blk, i) QUANT_WORD(w[BLOCK_WORD(blk) + (i)], w[BLOCK_WORD(blk) + (i) + 1u], BLOCK_SHIFT(blk))

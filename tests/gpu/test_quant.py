@@ -251,3 +251,22 @@ def test_planes_larger_than_a_binding_are_refused(device, compiler):
             ops.linear(g, xin, w)
         with pytest.raises(ValueError, match="blk.0.big"):
             ops.embedding(g, g.add_input((2,), np.int32, "ids"), w)
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("m", [1, 9])
+def test_planes_from_storage_buffers(device, compiler, monkeypatch, fmt, m):
+    """Weights in planes read as storage buffers (where a device's texel buffers cannot hold
+    them) against gguf's dequantizer, one token and a tile of several."""
+    if not device.is_cpu:
+        pytest.skip("planes are the CPU renderers' layout")
+    monkeypatch.setattr(ops, "_texel_ok", lambda *a, **k: False)
+    raw, deq = quantized(fmt, 40, 96, m)
+    x = np.random.default_rng(m).standard_normal((m, 96)).astype(np.float32)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        w = ops.tied_table(g, g.add_tensorref(raw, "w", quant=fmt))
+        assert g.values[w].layout == f"{fmt}_planes"
+        g.set_output(ops.linear(g, g.add_input(x.shape, np.float32, "x"), w), "y")
+        g.run_prepack()
+        out = g.execute({"x": x})
+    np.testing.assert_allclose(out["y"], x.astype(np.float64) @ deq.T.astype(np.float64), rtol=1e-4, atol=1e-4)

@@ -113,7 +113,7 @@ def tied_table(g: ComputeGraph, ref: ValueRef) -> ValueRef:
     """A table that both an embedding and a linear read (a model's tied input and output
     embeddings), packed once: GGML blocks in planes where :func:`linear` would put them, else
     as it is."""
-    return g.prepack_tensor(ref, _planes(g, ref) or None)
+    return g.prepack_tensor(ref, _planes(g, ref))
 
 
 def _one_window(g: ComputeGraph, ref: ValueRef, rows: int, what: str) -> list[tuple[int, int, tuple]]:
