@@ -289,10 +289,10 @@ void main() {
         uint first = (o % groups) * ROWS;
         uint m0 = (o / groups) * TOKENS;
         float acc[ROWS * TOKENS];
-        for (uint a = 0u; a < ROWS * TOKENS; ++a) acc[a] = 0.0;
+        [[unroll]] for (uint a = 0u; a < ROWS * TOKENS; ++a) acc[a] = 0.0;
 #if GATED
         float accu[ROWS * TOKENS];
-        for (uint a = 0u; a < ROWS * TOKENS; ++a) accu[a] = 0.0;
+        [[unroll]] for (uint a = 0u; a < ROWS * TOKENS; ++a) accu[a] = 0.0;
 #endif
         for (uint b = 0u; b < nb; ++b) {
             vec4 xv[TOKENS * 8];  // this block's 32 x values of each token, and their sums
@@ -316,13 +316,18 @@ void main() {
 #endif
             }
         }
-        for (uint t = 0u; t < TOKENS && m0 + t < M; ++t) {
-            for (uint r = 0u; r < ROWS && first + r < N; ++r) {
+        // unrolled too, each store guarded (lavapipe: SmolLM2's linears at 32 tokens in one
+        // process, min of 10, rolled -> unrolled: q4_1 10.45 -> 9.27 ms, q8_0 18.4 -> 12.3, q4_0
+        // 15.6 -> 11.8; SwiftShader within 1%)
+        [[unroll]] for (uint t = 0u; t < TOKENS; ++t) {
+            [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+                if (m0 + t < M && first + r < N) {
 #if GATED
-                STORE_GATED((m0 + t) * ldy + n0 + first + r, acc[r * TOKENS + t], accu[r * TOKENS + t]);
+                    STORE_GATED((m0 + t) * ldy + n0 + first + r, acc[r * TOKENS + t], accu[r * TOKENS + t]);
 #else
-                STORE((m0 + t) * ldy + n0 + first + r, acc[r * TOKENS + t]);
+                    STORE((m0 + t) * ldy + n0 + first + r, acc[r * TOKENS + t]);
 #endif
+                }
             }
         }
     }
