@@ -99,7 +99,10 @@ void main() {
     uint N4 = (N + 3u) / 4u;
     uint groups = (N4 + R4 - 1u) / R4;
     uint tgroups = (M + TOKENS - 1u) / TOKENS;
-    for (uint o = gl_GlobalInvocationID.x; o < groups * tgroups; o += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
+    // an invocation per tile (ops: nodes.grid_groups), no grid-stride loop: lavapipe ran the tiles
+    // 5-20% faster without one
+    uint o = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + gl_GlobalInvocationID.x;
+    if (o < groups * tgroups) {
         // consecutive invocations (a SIMD group's lanes) take consecutive token tiles of one
         // row tile: their weight fetches are the same texels
         uint first = (o / tgroups) * R4;

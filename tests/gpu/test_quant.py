@@ -74,6 +74,42 @@ def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, m, 
         np.testing.assert_array_equal(out[key], np.where(valid[:, None], deq[np.clip(ids, 0, n - 1)], 0))
 
 
+@pytest.mark.parametrize("fmt", ["fp32", *FORMATS])
+def test_tiles_on_rows_of_workgroups(device, compiler, fmt):
+    """Tile kernels (a batch of tokens on CPU renderers) give each tile an invocation of its own,
+    no grid-stride loop: past the device's x limit of workgroups the tiles go on in further rows
+    (here a limit of 2 workgroups), each tile once, plain, gated and with a residual."""
+    n, k, m = 320, 96, 19
+    if fmt == "fp32":
+        w = np.random.default_rng(1).standard_normal((n, k)).astype(np.float32)
+        u = np.random.default_rng(2).standard_normal((n, k)).astype(np.float32)
+        deq, deq_u = w, u
+    else:
+        (w, deq), (u, deq_u) = quantized(fmt, n, k, 1), quantized(fmt, n, k, 2)
+    x = np.random.default_rng(3).standard_normal((m, k)).astype(np.float32)
+    res = np.random.default_rng(4).standard_normal((m, n)).astype(np.float32)
+    quant = "" if fmt == "fp32" else fmt
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        g.max_groups_x = 2
+        xin, rin = g.add_input(x.shape, np.float32, "x"), g.add_input(res.shape, np.float32, "res")
+        wr, ur = g.add_tensorref(w, "w", quant=quant), g.add_tensorref(u, "u", quant=quant)
+        g.set_output(ops.linear(g, xin, wr, residual=rin), "y")
+        if quant:
+            g.set_output(ops.gated_linear(g, xin, wr, ur), "gated")
+        tiles = [nd for nd in g.execute_nodes if nd.shader in ("linear_quant", "linear_tiled") and nd.defines["TOKENS"] > 1]
+        assert all(nd.groups[0] <= 2 and nd.groups[1] > 1 for nd in tiles)
+        assert bool(tiles) == (device.is_cpu and (quant != "" or device.renderer in ops.TILED_LINEAR_RENDERERS))
+        g.run_prepack()
+        out = g.execute({"x": x, "res": res})
+    x64 = x.astype(np.float64)
+    refs = {"y": x64 @ deq.T + res}
+    if quant:
+        gate, up = x64 @ deq.T, x64 @ deq_u.T
+        refs["gated"] = gate / (1 + np.exp(-gate)) * up
+    for key, ref in refs.items():  # float32 sums of 96 products of unit normals: errors scale with the largest
+        np.testing.assert_allclose(out[key], ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("host", ["never", "cpu-renderer"])
 def test_blocks_are_copied(device, compiler, fmt, host):

@@ -1,6 +1,7 @@
 import pytest
 
 from vkgraph.config import GraphConfig
+from vkgraph.graph.nodes import grid_groups
 from vkgraph.graph.scheduler import (
     PrepackThresholds,
     batches,
@@ -98,3 +99,12 @@ def test_execute_cut_points():
     assert execute_cut_points(10, capped) == [2]
     assert len(batches(10, execute_cut_points(10, small.replace(execute__max_cmds=3)))) == 3
     assert execute_cut_points(10, small.replace(execute__max_cmds=1)) == []
+
+
+@pytest.mark.parametrize("work,local,most", [(0, 8, 100), (17, 8, 65535), (30, 8, 2), (1000, 8, 7), (64, 8, 8)])
+def test_grid_groups_give_each_item_one_invocation(work, local, most):
+    """An invocation per work item (tile kernels without a grid-stride loop): at most ``most``
+    workgroups in x, the last row of workgroups needed."""
+    x, y, z = grid_groups(work, local, most)
+    assert z == 1 and 1 <= x <= most
+    assert x * y * local >= work and (y == 1 or (y - 1) * x * local < work)

@@ -23,6 +23,15 @@ def dispatch_groups(work_items: int, local_size: int, max_groups: int) -> int:
     return max(1, min((work_items + local_size - 1) // local_size, max_groups))
 
 
+def grid_groups(work_items: int, local_size: int, max_groups: int) -> tuple[int, int, int]:
+    """Workgroups (x, y, 1) giving each of ``work_items`` an invocation of its own, for a kernel
+    without a grid-stride loop: item ``gid.y * (groups.x * local_size) + gid.x``, those past
+    ``work_items`` idle. Rows of ``max_groups`` x groups where one row would not do."""
+    groups = max(1, -(-work_items // local_size))
+    x = min(groups, max_groups)
+    return x, -(-groups // x), 1
+
+
 PACK_LOCAL_SIZE = 64
 
 

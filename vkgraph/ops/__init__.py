@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import UnsupportedFeatureError
 from ..ggml import FORMATS
 from ..graph.compute_graph import ComputeGraph
-from ..graph.nodes import DispatchNode, dispatch_groups
+from ..graph.nodes import DispatchNode, dispatch_groups, grid_groups
 from ..graph.packers import get_packer
 from ..graph.scheduler import align_up
 from ..graph.values import (PACKED_DIM, TEXTURE_LAYOUTS, LazySource, Tensor, TensorRef, ValueRef, contiguous_strides,
@@ -261,11 +261,12 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     x_texel = _texel_ok(g, x, m * k * 4, 16)
     extra = bias + ([_buffer(g, residual, "linear residual")[0]] if residual is not None else [])
     tokens = min(LINEAR_TOKENS_CPU, m)
+    grid = grid_groups if tokens > 1 else lambda *a: (dispatch_groups(*a), 1, 1)  # tiles: an invocation each
     for r0, r1, wb in _row_windows(g, w_ref, n, unit=4):
         texel = _texel_ok(g, wb, g.values[w_ref].nbytes, 16)
         work = -(-(r1 - r0) // LINEAR_ROWS_CPU) * -(-m // tokens)
         g.add_dispatch(DispatchNode("linear_tiled", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
-                                    {0: CPU_LOCAL}, (dispatch_groups(work, CPU_LOCAL, g.max_groups_x), 1, 1),
+                                    {0: CPU_LOCAL}, grid(work, CPU_LOCAL, g.max_groups_x),
                                     {"R4": LINEAR_ROWS_CPU // 4, "TOKENS": tokens, "TEXEL": int(texel),
                                      "X_TEXEL": int(x_texel), "HAS_BIAS": len(bias),
                                      "RESIDUAL": int(residual is not None), "ACT": 1 + UNARY_OPS[act] if act else 0},
@@ -290,6 +291,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     tokens = min(LINEAR_TOKENS_CPU, m) if cpu else 1
     rows = (LINEAR_TILE_ROWS_CPU if tokens > 1 else LINEAR_ROWS_CPU) if cpu else 1
     local = CPU_LOCAL if cpu else LOCAL_SIZE
+    grid = grid_groups if tokens > 1 else lambda *a: (dispatch_groups(*a), 1, 1)  # tiles: an invocation each
     if norm is not None and tokens > 1:  # tiles would normalize each token again: once, apart
         x, norm = _normed(g, x, norm), None
     x_texel = tokens > 1 and _texel_ok(g, x, m * k * 4, 16)
@@ -307,7 +309,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                                      *([gamma] if gamma is not None else [])],
                                     struct.pack("<IIIII", m, r1 - r0, k, r0, n)
                                     + (struct.pack("<f", eps) if gamma is not None else b""),
-                                    {0: local}, (dispatch_groups(work, local, g.max_groups_x), 1, 1),
+                                    {0: local}, grid(work, local, g.max_groups_x),
                                     {"QTYPE": FORMATS[fmt].qtype, "PLANES": int(planes), "ROWS": rows, "TOKENS": tokens,
                                      "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra),
                                      "GATED": int(up is not None), "NORM": int(gamma is not None),
