@@ -296,11 +296,13 @@ def test_rope(device, compiler, neox, t, heads, dh, pos0):
 @pytest.mark.parametrize("neox", [False, True])
 @pytest.mark.parametrize("t,heads,kv_heads,dh", [(1, 9, 3, 64), (3, 4, 2, 8), (2, 2, 2, 2)])
 @pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
+@pytest.mark.parametrize("max_groups", [0, 2], ids=["one-row", "rows-of-groups"])
 def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, monkeypatch, neox, t, heads, kv_heads, dh,
-                                                 cpu_kernels):
+                                                 cpu_kernels, max_groups):
     """rope_kv is rope(q), rope(k) into the k cache and v into the v cache at rows step[0]..:
     two executes fill rows 0..t-1 and 4..4+t-1 of 6 (rows past the end dropped); the rest of
-    each cache keeps what was there. On CPU renderers qkv and the table are read as texels."""
+    each cache keeps what was there. On CPU renderers qkv and the table are read as texels. An
+    invocation per pair: past a limit of ``max_groups`` workgroups in x, on further rows."""
     monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     rows = 6
     rng = rng_for(t, heads, kv_heads, dh)
@@ -309,6 +311,7 @@ def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, monkeypatch, 
     feeds = [{n: rng.standard_normal((t, (heads if n == "q" else kv_heads) * dh)).astype(np.float32)
               for n in "qkv"} | {"step": np.array([pos, 0], np.uint32)} for pos in (0, 4)]
     with ComputeGraph(device=device, compiler=compiler) as g:
+        g.max_groups_x = max_groups or g.max_groups_x
         kc, vc = (g.prepack_tensor(g.add_tensorref(c.copy(), name)) for c, name in ((kc0, "kc"), (vc0, "vc")))
         qkv = g.add_input((t, (heads + 2 * kv_heads) * dh), np.float32, "qkv")
         step = g.add_input((2,), np.uint32, "step")
@@ -318,6 +321,8 @@ def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, monkeypatch, 
         g.set_output(vc, "vc")
         assert len(g.execute_nodes) == 1
         assert set(g.execute_nodes[0].texels) == ({1, 3} if cpu_kernels and device.is_cpu else set())
+        work, (x, y, _) = t * (heads + 2 * kv_heads) * dh // 2, g.execute_nodes[0].groups
+        assert x * y * ops.LOCAL_SIZE >= work and (y > 1) == bool(max_groups and 2 * ops.LOCAL_SIZE < work)
         g.run_prepack()
         kexp, vexp = kc0.copy(), vc0.copy()
         for f in feeds:

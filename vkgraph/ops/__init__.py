@@ -673,7 +673,8 @@ def rope_kv(g: ComputeGraph, qkv: ValueRef, step: ValueRef, table: ValueRef, k_c
     work = t * (heads + 2 * kv_heads) * dh // 2
     texel = CPU_KERNELS and g.device.is_cpu and _texel_ok(g, qkv, qt.nbytes, 4) and _texel_ok(g, table, tt.nbytes, 8)
     g.add_dispatch(DispatchNode("rope_kv", [out, qkv, step, table, k_cache, v_cache],
-                                struct.pack("<3I", t, tt.shape[0], ct.shape[0]), {0: LOCAL_SIZE}, _groups(g, work),
+                                struct.pack("<3I", t, tt.shape[0], ct.shape[0]), {0: LOCAL_SIZE},
+                                grid_groups(work, LOCAL_SIZE, g.max_groups_x),
                                 {"NEOX": int(neox), "TEXEL": int(texel), "HEADS": heads, "KV_HEADS": kv_heads,
                                  "HEAD_DIM": dh},
                                 texels={1: "r32f", 3: "rg32f"} if texel else {}, moved_nbytes=2 * qt.nbytes))
