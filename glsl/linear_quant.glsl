@@ -21,6 +21,9 @@
 #ifndef TOKENS
 #define TOKENS 1
 #endif
+#ifndef HEAD_AT
+#define HEAD_AT 0
+#endif
 
 layout(local_size_x_id = 0) in;
 
@@ -54,11 +57,23 @@ layout(set = 0, binding = 3) readonly buffer Uq { uint u[]; };
 #if PLANES
 #define NBLK (N * (K / 32u))
 #if TEXEL
-#define PICK(v, c) ((c) == 0u ? (v).x : ((c) == 1u ? (v).y : ((c) == 2u ? (v).z : (v).w)))
 #define WORD_QUADS(b, j) texelFetch(wt, int((b) * QUADS + (j)))
-#define WORD_HEAD(b) PICK(texelFetch(wt, int(NBLK * QUADS + ((b) >> 2u))), (b) & 3u)
 #define UWORD_QUADS(b, j) texelFetch(ut, int((b) * QUADS + (j)))
+#if HEAD_AT
+// the heads through R32UI views of the same buffers (bindings HEAD_AT and, GATED, the next):
+// lavapipe fetches each of a texel's channels, so a head out of an RGBA32UI texel cost four
+// fetches and a pick (SmolLM2's one-token Q4_1 GEMVs ran 30-40% faster without the heads)
+layout(set = 0, binding = HEAD_AT) uniform usamplerBuffer wh;
+#define WORD_HEAD(b) texelFetch(wh, int(PLANE_HEAD(b))).x
+#if GATED
+layout(set = 0, binding = HEAD_AT + 1) uniform usamplerBuffer uh;
+#define UWORD_HEAD(b) texelFetch(uh, int(PLANE_HEAD(b))).x
+#endif
+#else
+#define PICK(v, c) ((c) == 0u ? (v).x : ((c) == 1u ? (v).y : ((c) == 2u ? (v).z : (v).w)))
+#define WORD_HEAD(b) PICK(texelFetch(wt, int(NBLK * QUADS + ((b) >> 2u))), (b) & 3u)
 #define UWORD_HEAD(b) PICK(texelFetch(ut, int(NBLK * QUADS + ((b) >> 2u))), (b) & 3u)
+#endif
 #else
 #define QUAD_AT(a, at) uvec4(a[at], a[(at) + 1u], a[(at) + 2u], a[(at) + 3u])
 #define WORD_QUADS(b, j) QUAD_AT(w, PLANE_QUANT(b, (j) * 4u))

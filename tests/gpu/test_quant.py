@@ -291,18 +291,32 @@ def test_planes_larger_than_a_binding_are_refused(device, compiler):
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("m", [1, 9])
-def test_planes_from_storage_buffers(device, compiler, monkeypatch, fmt, m):
-    """Weights in planes read as storage buffers (where a device's texel buffers cannot hold
-    them) against gguf's dequantizer, one token and a tile of several."""
+@pytest.mark.parametrize("reads", ["word-heads", "picked-heads", "storage"])
+def test_planes_each_way_they_are_read(device, compiler, monkeypatch, fmt, m, reads):
+    """Weights in planes against gguf's dequantizer, one token and a tile of several, plain and
+    gated, read each way a device's texel limits may leave: quants as texels and heads through
+    word views of the same buffers, heads picked out of the quants' texels (where a word view
+    that long is refused), or storage buffers (where a texel buffer cannot hold the weight)."""
     if not device.is_cpu:
         pytest.skip("planes are the CPU renderers' layout")
-    monkeypatch.setattr(ops, "_texel_ok", lambda *a, **k: False)
-    raw, deq = quantized(fmt, 40, 96, m)
+    texel_ok = ops._texel_ok
+    refuse = {"word-heads": (), "picked-heads": (4,), "storage": (4, 16)}[reads]
+    monkeypatch.setattr(ops, "_texel_ok", lambda g, b, n, size: size not in refuse and texel_ok(g, b, n, size))
+    (raw, deq), (raw_u, deq_u) = quantized(fmt, 40, 96, m), quantized(fmt, 40, 96, m + 1)
     x = np.random.default_rng(m).standard_normal((m, 96)).astype(np.float32)
     with ComputeGraph(device=device, compiler=compiler) as g:
+        xin = g.add_input(x.shape, np.float32, "x")
         w = ops.tied_table(g, g.add_tensorref(raw, "w", quant=fmt))
         assert g.values[w].layout == f"{fmt}_planes"
-        g.set_output(ops.linear(g, g.add_input(x.shape, np.float32, "x"), w), "y")
+        g.set_output(ops.linear(g, xin, w), "y")
+        g.set_output(ops.gated_linear(g, xin, g.add_tensorref(raw, "g", quant=fmt),
+                                      g.add_tensorref(raw_u, "u", quant=fmt)), "gated")
+        linears = [nd for nd in g.execute_nodes if nd.shader == "linear_quant"]
+        assert {bool(nd.defines["HEAD_AT"]) for nd in linears} == {reads == "word-heads"}
+        assert {nd.defines["TEXEL"] for nd in linears} == {int(reads != "storage")}
         g.run_prepack()
         out = g.execute({"x": x})
-    np.testing.assert_allclose(out["y"], x.astype(np.float64) @ deq.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+    x64 = x.astype(np.float64)
+    gate, up = x64 @ deq.T, x64 @ deq_u.T
+    np.testing.assert_allclose(out["y"], gate, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out["gated"], gate / (1 + np.exp(-gate)) * up, rtol=1e-4, atol=1e-4)

@@ -305,18 +305,24 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     for r0, r1, wb in _one_window(g, w_ref, n, "linear"):
         texel = cpu and _texel_ok(g, wb, w.nbytes, 16 if planes else 4)
         work = -(-(r1 - r0) // rows) * -(-m // tokens)
-        g.add_dispatch(DispatchNode("linear_quant", [y, x, wb, *extra, *([up] if up is not None else []),
-                                                     *([gamma] if gamma is not None else [])],
+        args = [y, x, wb, *extra, *([up] if up is not None else []), *([gamma] if gamma is not None else [])]
+        # planes' heads also through a word view of the same buffer where the device takes one
+        # that long (the shader's HEAD_AT): a head one fetch, not a texel of four and a pick
+        heads = len(args) if planes and texel and _texel_ok(g, wb, w.nbytes, 4) else 0
+        if heads:
+            args += [wb, *([up] if up is not None else [])]
+        g.add_dispatch(DispatchNode("linear_quant", args,
                                     struct.pack("<IIIII", m, r1 - r0, k, r0, n)
                                     + (struct.pack("<f", eps) if gamma is not None else b""),
                                     {0: local}, grid(work, local, g.max_groups_x),
                                     {"QTYPE": FORMATS[fmt].qtype, "PLANES": int(planes), "ROWS": rows, "TOKENS": tokens,
                                      "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra),
                                      "GATED": int(up is not None), "NORM": int(gamma is not None),
-                                     "G_TEXEL": int(g_texel)},
+                                     "G_TEXEL": int(g_texel), "HEAD_AT": heads},
                                     texels=({1: "rgba32f"} if x_texel else {}) | ({2: word} if texel else {})
                                     | ({3: word} if texel and up is not None else {})
-                                    | ({at: "rgba32f"} if g_texel else {}),
+                                    | ({at: "rgba32f"} if g_texel else {})
+                                    | {i: "r32ui" for i in range(heads, len(args) if heads else 0)},
                                     weight_passes=-(-m // tokens), weights=weights,
                                     linear_shape=(m, weights * (r1 - r0), k), invocations=work))
 
