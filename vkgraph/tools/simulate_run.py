@@ -11,8 +11,9 @@ dispatches. One execute of an entry point costs:
 - a linear: ``linear_dispatch_us``, plus per pass over its weight (``weight_passes``: one
   per tile of tokens) ``linear_row_ns`` per row and its bytes at ``weight_gbps`` of its format
   (one-token linears of four shapes, fitted), plus the multiply-adds of a tile's further tokens
-  at ``gmacs`` (a 32-token one). The row term is lavapipe's: a one-token q4_1 linear of
-  1024 x 1024 took 197 us, one of 1536 x 576 (less bytes) 269 us. On a CPU renderer
+  at ``gmacs`` (a 32-token one). The row term was lavapipe's: a one-token q4_1 linear of
+  1024 x 1024 took 197 us, one of 1536 x 576 (less bytes) 269 us, while each block's scale cost
+  four fetches; since it is one (the planes' word views) the fit puts it at 0. On a CPU renderer
   (``threads``: its worker threads) a linear's workgroups run as whole SIMD batches, a batch
   per thread at a time, so its terms are scaled by the waves of batches it takes against the
   invocations it has: SmolLM2's 576-row one-token linears are 18 invocations of 32 rows, 3
