@@ -14,6 +14,7 @@
 // invocation would normalize its tokens again: a batch runs the norm apart, once.)
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#include "grid.h"
 #include "quant_blocks.h"
 #ifndef ROWS
 #define ROWS 1
@@ -302,7 +303,7 @@ void main() {
     uint work = groups * ((M + TOKENS - 1u) / TOKENS);
     // an invocation per tile (ops: nodes.grid_groups), no grid-stride loop: lavapipe ran the tiles
     // 5-20% faster without one
-    uint o = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + gl_GlobalInvocationID.x;
+    uint o = GRID_ITEM;
     if (o < work) {
         uint first = (o % groups) * ROWS;
         uint m0 = (o / groups) * TOKENS;

@@ -62,6 +62,7 @@ layout(set = 0, binding = 3 + HAS_BIAS) readonly buffer Res { float res[]; };
 #endif
 
 #include "linear_params.h"
+#include "grid.h"
 
 // W4(blk + kk): 4 output channels (n4 * 4 ..) of input channel k4 * 4 + kk
 #define BLOCK(n4, k4) ((min(n4, N4 - 1u) * k4s + (k4)) * 4u)
@@ -101,7 +102,7 @@ void main() {
     uint tgroups = (M + TOKENS - 1u) / TOKENS;
     // an invocation per tile (ops: nodes.grid_groups), no grid-stride loop: lavapipe ran the tiles
     // 5-20% faster without one
-    uint o = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + gl_GlobalInvocationID.x;
+    uint o = GRID_ITEM;
     if (o < groups * tgroups) {
         // consecutive invocations (a SIMD group's lanes) take consecutive token tiles of one
         // row tile: their weight fetches are the same texels

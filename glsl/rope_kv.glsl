@@ -33,6 +33,7 @@ layout(push_constant) uniform Params {
     uint rows;  // cache rows
 };
 
+#include "grid.h"
 #include "rope_pair.h"
 #ifndef HEADS  // ops.rope_kv sets all three
 #define HEADS 1
@@ -56,7 +57,7 @@ void main() {
     uint total = qp + 2u * kp;  // v: T * KH * Dh elements, two per invocation
     // an invocation per pair (ops: nodes.grid_groups), no grid-stride loop (lavapipe, SmolLM2's 30
     // in a 32-token prefill: 9.0 -> 6.4 ms)
-    uint o = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + gl_GlobalInvocationID.x;
+    uint o = GRID_ITEM;
     if (o < total) {
         if (o < qp) {
             RopePair r = rope_pair(o, H, Dh, step[0], P);
