@@ -140,11 +140,13 @@ class PrepackConfig:
 
 @dataclass(frozen=True)
 class ExecuteConfig:
-    """How ``execute()`` splits the execute nodes into command buffers."""
+    """How ``execute()`` splits the execute nodes into command buffers, and whether
+    intermediates share memory."""
 
     threshold_node_count: int = _key(COUNT, "execute.threshold_node_count")
     initial_threshold_node_count: int = _key(COUNT, "execute.initial_threshold_node_count")
     max_cmds: int = _key(COUNT, "execute.max_cmds")  # 0: no limit
+    memory_planning: bool = _key(BOOL, "execute.memory_planning")
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,43 @@ def test_execute_split_and_resubmit(device, compiler, initial, steady, max_cmds,
         assert g.execute_command_buffers == cmds
 
 
+@pytest.mark.parametrize("planning", [True, False])
+def test_intermediates_share_memory(device, compiler, planning):
+    """Planned (execute.memory_planning), a chain's intermediates take the memory of those whose
+    readers ran: the same answers as with memory of their own, every run, both entry points."""
+    rng = rng_for(13, planning)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    c = rng.standard_normal(64).astype(np.float32)
+    cfg = GraphConfig().replace(execute__memory_planning=planning, execute__initial_threshold_node_count=3,
+                                execute__threshold_node_count=4)
+    with ComputeGraph(cfg, device=device, compiler=compiler) as g:
+        def chain(h, xin, n):
+            steps = []
+            for i in range(n):
+                h = ops.add(g, ops.mul(g, h, g.add_tensorref(c * (i + 1), f"c{len(g.values)}")), xin)
+                steps.append(h)
+            return h, steps
+
+        xr = g.add_input(x.shape, x.dtype, "x")
+        out, steps = chain(xr, xr, 6)
+        g.set_output(out, "out")
+        with g.entry("twice"):
+            xt = g.add_input(x.shape, x.dtype, "xt")
+            g.set_output(chain(xt, xt, 3)[0], "out2")
+        g.run_prepack()
+        for trial in range(3):
+            xi, e = x * (trial + 1), x * (trial + 1)
+            for i in range(6):
+                e = e * (c * (i + 1)) + xi
+            np.testing.assert_allclose(g.execute({"x": xi})["out"], e, rtol=1e-5, atol=1e-5)
+            e2 = xi
+            for i in range(3):
+                e2 = e2 * (c * (i + 1)) + xi
+            np.testing.assert_allclose(g.execute({"xt": xi}, entry="twice")["out2"], e2, rtol=1e-5, atol=1e-5)
+        places = {(g.values[h].buffer.memory, getattr(g.values[h].buffer, "offset", 0)) for h in steps[:-1]}
+        assert len(places) < 5 if planning else len(places) == 5
+
+
 def test_bad_inputs_are_named(device, compiler):
     with ComputeGraph(device=device, compiler=compiler) as g:
         x = g.add_input((2, 3), np.float32, "x")

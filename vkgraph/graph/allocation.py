@@ -3,22 +3,79 @@
 Weights get memory when their prepack batch is encoded (or from the packed-weight cache): a
 batch's buffers share memory blocks of at most BLOCK_NBYTES (one vkAllocateMemory for many
 tensors); intermediates and the host staging of inputs and outputs get theirs when execute is
-encoded.
+encoded. With ``execute.memory_planning`` (the default) the intermediates that live between two
+dispatches of one entry point share one block, each at an offset no tensor live at the same
+time uses (ET-VK's exported programs plan their memory the same way): SmolLM2's 32-token prompt
+batches touch about 1 MiB of intermediates instead of 25 MiB of fresh pages.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
 from ..runtime import Buffer, Device, Image3D, MemoryBlock, MemoryKind, OneShot, allocate_block
 from .values import Tensor
 
+if TYPE_CHECKING:
+    from .compute_graph import ComputeGraph
+
 #: the most bytes of one memory block of several weights (a larger weight gets a block of its own).
 #: Under glibc's largest mmap threshold (32 MiB): on CPU renderers, whose device memory is the
 #: process's heap, a later load can then get the pages an earlier one freed
 BLOCK_NBYTES = 16 << 20
+
+
+def shared_lifetimes(graph: ComputeGraph) -> dict[int, tuple[int, int]]:
+    """The tensors that may share memory, each with its lifetime: the first and last of the
+    graph's execute nodes binding it (or a view of it). Left out, with memory of their own:
+    weights, textures, graph inputs and outputs, ``state`` tensors (their contents carry from
+    one execute to the next), tensors bound by dispatches of more than one entry point, and
+    tensors no later dispatch reads (results a caller may read back with ``read_tensor``).
+    Every dispatch is followed by a barrier, so a tensor may take the memory of one whose
+    last reader came before its first writer."""
+    def root(ref: int) -> int:
+        view_of = graph.values[ref].view_of
+        return ref if view_of is None else view_of
+
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    entry: dict[int, str] = {}
+    mixed: set[int] = set()
+    for i, node in enumerate(graph.execute_nodes):
+        for a in node.args:
+            ref = root(a[0] if isinstance(a, tuple) else a)
+            first.setdefault(ref, i)
+            last[ref] = i
+            if entry.setdefault(ref, node.entry) != node.entry:
+                mixed.add(ref)
+    io = {root(io.tensor) for io in (*graph.inputs.values(), *graph.outputs.values())}
+    shared = {}
+    for ref, i in first.items():
+        t = graph.values[ref]
+        if (isinstance(t, Tensor) and not t.constant and not t.state and t.storage == "buffer" and t.resource is None
+                and ref not in io and ref not in mixed and last[ref] > i):
+            shared[ref] = (i, last[ref])
+    return shared
+
+
+def place_shared(needs: list[tuple[int, int]], lifetimes: list[tuple[int, int]]) -> list[int]:
+    """Offsets for buffers of ``needs`` ((bytes, alignment) each) live over ``lifetimes``
+    ((first, last) node each): largest first, each at the lowest aligned offset where it overlaps
+    no buffer placed before it whose lifetime overlaps its own (greedy, as ET-VK's exporter)."""
+    offsets = [0] * len(needs)
+    placed: list[tuple[int, int, int, int]] = []  # offset, end, first, last
+    for i in sorted(range(len(needs)), key=lambda i: -needs[i][0]):
+        (nbytes, align), (first, last) = needs[i], lifetimes[i]
+        at = 0
+        for start, end in sorted((o, e) for o, e, f, l in placed if f <= last and first <= l):
+            if at + nbytes <= start:
+                break
+            at = max(at, -(-end // align) * align)
+        offsets[i] = at
+        placed.append((at, at + nbytes, first, last))
+    return offsets
 
 
 class TensorMemory:
@@ -55,6 +112,17 @@ class TensorMemory:
         if not tensors:
             return
         block, buffers = allocate_block(self.device, [(t.nbytes, t.name) for t in tensors], huge_pages=huge_pages)
+        self._resources.append(block)
+        for t, buf in zip(tensors, buffers):
+            t.buffer = buf
+
+    def allocate_shared(self, tensors: list[Tensor], lifetimes: list[tuple[int, int]]) -> None:
+        """Buffers for ``tensors`` in one memory block, placed by their ``lifetimes``
+        (:func:`place_shared`)."""
+        if not tensors:
+            return
+        block, buffers = allocate_block(self.device, [(t.nbytes, t.name) for t in tensors],
+                                        place=lambda needs: place_shared(needs, lifetimes))
         self._resources.append(block)
         for t, buf in zip(tensors, buffers):
             t.buffer = buf

@@ -118,10 +118,12 @@ class ComputeGraph:
                 raise ValueError(f"tensorref {name!r}: a byte source needs shape and dtype")
         return self._add(TensorRef(name, tuple(int(s) for s in shape), np.dtype(dtype), source, quant=quant), name)
 
-    def add_tensor(self, shape: Sequence[int], dtype: Any, name: str | None = None) -> ValueRef:
-        """A device tensor (memory is bound when execute is encoded)."""
+    def add_tensor(self, shape: Sequence[int], dtype: Any, name: str | None = None, state: bool = False) -> ValueRef:
+        """A device tensor (memory is bound when execute is encoded). ``state``: its contents
+        carry from one execute to the next (a key/value cache), so it never shares memory with
+        other intermediates (allocation.shared_lifetimes)."""
         ref_name = name or f"t{len(self.values)}"
-        return self._add(Tensor(ref_name, tuple(int(s) for s in shape), np.dtype(dtype)), name)
+        return self._add(Tensor(ref_name, tuple(int(s) for s in shape), np.dtype(dtype), state=state), name)
 
     def add_view(self, ref: ValueRef, shape: Sequence[int]) -> ValueRef:
         """A tensor of ``shape`` sharing the memory of buffer tensor ``ref`` (a reshape: same
@@ -341,7 +343,9 @@ class ComputeGraph:
         return len(self._execute.cmds[""]) if self._execute else 0
 
     def read_tensor(self, ref: ValueRef) -> np.ndarray:
-        """The raw bytes of a device tensor (a texture's texels), for checks."""
+        """The raw bytes of a device tensor (a texture's texels), for checks. An intermediate
+        that later dispatches read shares memory with others (``execute.memory_planning``): after
+        a run it may hold another tensor's bytes."""
         self._require_device("read tensors")
         t: Tensor = self.values[ref]
         if t.resource is None:

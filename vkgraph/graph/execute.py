@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import DeviceLostError, FenceTimeoutError
 from ..runtime import (Buffer, CommandPool, DescriptorPool, DescriptorType, Fence, MemoryKind, Stage, TexelView,
                        TimestampQueryPool, submit_and_wait)
+from .allocation import shared_lifetimes
 from .scheduler import batches, execute_cut_points
 from .values import Tensor
 
@@ -31,6 +32,9 @@ class ExecutePlan:
         self.texel_views: dict[tuple[int, int, int, str], TexelView] = {}
         self.runs = 0  # completed runs (the profile reads the last one's timestamps)
         g = graph
+        if g.config.execute.memory_planning:
+            shared = shared_lifetimes(g)
+            g.memory.allocate_shared([g.values[r] for r in shared], list(shared.values()))
         for v in g.values:
             if isinstance(v, Tensor) and v.resource is None and not v.constant and v.view_of is None:
                 g.memory.allocate(v)

@@ -193,6 +193,7 @@ class Tensor:
     storage: str = "buffer"  # or "texture3d": an RGBA32F 3-D image, `layout` one of TEXTURE_LAYOUTS
     image: Image3D | None = None
     view_of: int | None = None  # a view: the ValueRef of the tensor whose buffer it shares
+    state: bool = False  # kept from one execute to the next (a key/value cache): never shares memory
 
     def __post_init__(self) -> None:
         if self.storage == "texture3d":

@@ -174,8 +174,8 @@ def build(g: ComputeGraph, f: GGUFFile | PublishedShapes, cfg: LlamaConfig, max_
     token_embd = ops.tied_table(g, embd) if tied else g.prepack_tensor(embd)
     keys_visible = g.prepack_tensor(g.add_tensorref(np.ones(max_context, np.float32), "kv_mask"))
     angles = ops.rope_table(g, max_context, cfg.head_dim, cfg.rope_theta)
-    caches = [(g.add_tensor((max_context, kv), np.float32, f"blk.{i}.k_cache"),
-               g.add_tensor((max_context, kv), np.float32, f"blk.{i}.v_cache")) for i in range(cfg.layers)]
+    caches = [(g.add_tensor((max_context, kv), np.float32, f"blk.{i}.k_cache", state=True),
+               g.add_tensor((max_context, kv), np.float32, f"blk.{i}.v_cache", state=True)) for i in range(cfg.layers)]
     out_w = token_embd if tied else w("output.weight")
 
     def decoder(ids: ValueRef, step: ValueRef) -> ValueRef:

@@ -6,7 +6,7 @@ import ctypes
 import enum
 import mmap
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -286,24 +286,34 @@ class BlockBuffer(Buffer):
 
 
 def allocate_block(device: Device, sizes: list[tuple[int, str]], kind: MemoryKind = MemoryKind.DEVICE,
-                   usage: int = DEFAULT_USAGE, huge_pages: bool = False) -> tuple[MemoryBlock, list[BlockBuffer]]:
+                   usage: int = DEFAULT_USAGE, huge_pages: bool = False,
+                   place: Callable[[list[tuple[int, int]]], list[int]] | None = None) -> tuple[MemoryBlock, list[BlockBuffer]]:
     """Buffers of ``sizes`` ((bytes, name) each) in one new memory block, in order (``huge_pages``:
     see :class:`MemoryBlock`). The budget (``Device.reserve_memory``) is checked buffer by
-    buffer, so a refusal names the buffer that does not fit."""
+    buffer, so a refusal names the buffer that does not fit. ``place`` puts them instead: given
+    each buffer's (bytes, alignment) it returns their offsets, where buffers may share memory
+    (graph/allocation.place_shared); the budget is then checked for the block."""
     dev = device.handle
     handles: list[Any] = []
     try:
-        offsets, end, type_bits = [], 0, ~0
+        offsets, end, type_bits, needs = [], 0, ~0, []
         for nbytes, name in sizes:
             what = f"buffer {name!r} of {nbytes} bytes"
             if nbytes <= 0:
                 raise ValueError(f"{what}: the size must be positive")
             handle, req = _create_buffer(device, nbytes, usage, what)
             handles.append(handle)
-            offset = -(-end // req.alignment) * req.alignment
-            device.reserve_memory(req.size, what, pending=offset)
-            offsets.append(offset)
-            end, type_bits = offset + req.size, type_bits & req.memoryTypeBits
+            type_bits &= req.memoryTypeBits
+            needs.append((req.size, req.alignment))
+            if place is None:
+                offset = -(-end // req.alignment) * req.alignment
+                device.reserve_memory(req.size, what, pending=offset)
+                offsets.append(offset)
+                end = offset + req.size
+        if place is not None:
+            offsets = place(needs)
+            end = max(o + n for o, (n, _) in zip(offsets, needs))
+            device.reserve_memory(end, f"memory block of {len(sizes)} buffers sharing memory, {end} bytes")
         block = MemoryBlock(device, end, type_bits, kind, f"memory block of {len(sizes)} buffers, {end} bytes",
                             huge_pages)
     except BaseException:
