@@ -28,7 +28,14 @@
 
 layout(local_size_x_id = 0) in;
 
-layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
+// Y4 (tiles whose rows, row offset and y's row length are multiples of 4): y, and res, as vec4s,
+// four rows a store (lavapipe stores lane by lane, a vector's components in one pass over the lanes)
+#if Y4
+#define YTYPE vec4
+#else
+#define YTYPE float
+#endif
+layout(set = 0, binding = 0) writeonly buffer Y { YTYPE y[]; };
 #if X_TEXEL
 layout(set = 0, binding = 1) uniform samplerBuffer xt;  // RGBA32F texels
 #define X4(i) texelFetch(xt, int(i))
@@ -85,7 +92,7 @@ layout(set = 0, binding = HEAD_AT + 1) uniform usamplerBuffer uh;
 #endif
 
 #if RESIDUAL
-layout(set = 0, binding = 3) readonly buffer Res { float res[]; };
+layout(set = 0, binding = 3) readonly buffer Res { YTYPE res[]; };
 #endif
 #if NORM
 #if G_TEXEL
@@ -338,13 +345,22 @@ void main() {
         // unrolled too, each store guarded (lavapipe: SmolLM2's linears at 32 tokens in one
         // process, min of 10, rolled -> unrolled: q4_1 10.45 -> 9.27 ms, q8_0 18.4 -> 12.3, q4_0
         // 15.6 -> 11.8; SwiftShader within 1%)
+#if Y4
+#define ROW_STEP 4u
+#define ACC4(A, r, t) vec4(A[(r) * TOKENS + t], A[(r + 1u) * TOKENS + t], A[(r + 2u) * TOKENS + t], A[(r + 3u) * TOKENS + t])
+#define AT(t, r) (((m0 + t) * ldy + n0 + first + r) / 4u)
+#else
+#define ROW_STEP 1u
+#define ACC4(A, r, t) A[(r) * TOKENS + t]
+#define AT(t, r) ((m0 + t) * ldy + n0 + first + r)
+#endif
         [[unroll]] for (uint t = 0u; t < TOKENS; ++t) {
-            [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+            [[unroll]] for (uint r = 0u; r < ROWS; r += ROW_STEP) {
                 if (m0 + t < M && first + r < N) {
 #if GATED
-                    STORE_GATED((m0 + t) * ldy + n0 + first + r, acc[r * TOKENS + t], accu[r * TOKENS + t]);
+                    STORE_GATED(AT(t, r), ACC4(acc, r, t), ACC4(accu, r, t));
 #else
-                    STORE((m0 + t) * ldy + n0 + first + r, acc[r * TOKENS + t]);
+                    STORE(AT(t, r), ACC4(acc, r, t));
 #endif
                 }
             }

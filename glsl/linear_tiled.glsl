@@ -33,7 +33,17 @@
 
 layout(local_size_x_id = 0) in;
 
-layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
+// Y4 (tiles whose rows, row offset and y's row length are multiples of 4): y, bias and res as
+// vec4s, four rows a store (lavapipe stores lane by lane, a vector's components in one pass over
+// the lanes)
+#if Y4
+#define YTYPE vec4
+#define EPI(v) vec4(EPILOGUE((v).x), EPILOGUE((v).y), EPILOGUE((v).z), EPILOGUE((v).w))
+#else
+#define YTYPE float
+#define EPI(v) EPILOGUE(v)
+#endif
+layout(set = 0, binding = 0) writeonly buffer Y { YTYPE y[]; };
 #if X_TEXEL
 layout(set = 0, binding = 1) uniform samplerBuffer xt;
 #define X4(i) texelFetch(xt, int(i))
@@ -49,16 +59,16 @@ layout(set = 0, binding = 2) readonly buffer W { vec4 w4[]; };
 #define W4(i) w4[i]
 #endif
 #if HAS_BIAS
-layout(set = 0, binding = 3) readonly buffer B { float bias[]; };
+layout(set = 0, binding = 3) readonly buffer B { YTYPE bias[]; };
 #define BIAS(n) bias[n]
 #else
 #define BIAS(n) 0.0
 #endif
 #if RESIDUAL
-layout(set = 0, binding = 3 + HAS_BIAS) readonly buffer Res { float res[]; };
-#define STORE(at, n, v) y[at] = EPILOGUE((v) + BIAS(n)) + res[at]
+layout(set = 0, binding = 3 + HAS_BIAS) readonly buffer Res { YTYPE res[]; };
+#define STORE(at, n, v) y[at] = EPI((v) + BIAS(n)) + res[at]
 #else
-#define STORE(at, n, v) y[at] = EPILOGUE((v) + BIAS(n))
+#define STORE(at, n, v) y[at] = EPI((v) + BIAS(n))
 #endif
 
 #include "linear_params.h"
@@ -126,10 +136,19 @@ void main() {
         }
         // unrolled too, each store guarded (lavapipe, one process, 1536-row linears at 32 tokens,
         // min of 8, rolled -> unrolled: K 384 2.75 -> 0.95 ms, K 1536 8.39 -> 2.74)
+#if Y4
+#define ROW_STEP 4u
+#define ACC4(r, t) vec4(acc[(r) * TOKENS + t], acc[(r + 1u) * TOKENS + t], acc[(r + 2u) * TOKENS + t], acc[(r + 3u) * TOKENS + t])
+#define Y_AT(i) ((i) / 4u)
+#else
+#define ROW_STEP 1u
+#define ACC4(r, t) acc[(r) * TOKENS + t]
+#define Y_AT(i) (i)
+#endif
         [[unroll]] for (uint t = 0u; t < TOKENS; ++t) {
-            [[unroll]] for (uint r = 0u; r < R4 * 4u; ++r) {
+            [[unroll]] for (uint r = 0u; r < R4 * 4u; r += ROW_STEP) {
                 uint n = first * 4u + r;
-                if (m0 + t < M && n < N) STORE((m0 + t) * ldy + n0 + n, n0 + n, acc[r * TOKENS + t]);
+                if (m0 + t < M && n < N) STORE(Y_AT((m0 + t) * ldy + n0 + n), Y_AT(n0 + n), ACC4(r, t));
             }
         }
     }

@@ -23,7 +23,7 @@ def rng_for(*shape):
 CPU_KERNELS = pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-kernels", "gpu-kernels"])
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 5), (3, 64, 33), (5, 130, 67), (20, 96, 70)])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 5), (3, 64, 33), (5, 130, 67), (20, 96, 70), (20, 96, 72)])
 @pytest.mark.parametrize("with_bias", [False, True])
 @CPU_KERNELS
 def test_linear(device, compiler, monkeypatch, m, k, n, with_bias, cpu_kernels):

@@ -276,7 +276,8 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                     {0: CPU_LOCAL}, _linear_groups(g, tokens, work, CPU_LOCAL),
                                     {"R4": LINEAR_ROWS_CPU // 4, "TOKENS": tokens, "TEXEL": int(texel),
                                      "X_TEXEL": int(x_texel), "HAS_BIAS": len(bias),
-                                     "RESIDUAL": int(residual is not None), "ACT": 1 + UNARY_OPS[act] if act else 0},
+                                     "RESIDUAL": int(residual is not None), "ACT": 1 + UNARY_OPS[act] if act else 0,
+                                     "Y4": int(tokens > 1 and n % 4 == 0 and r0 % 4 == 0 and (r1 - r0) % 4 == 0)},
                                     texels=({1: "rgba32f"} if x_texel else {}) | ({2: "rgba32f"} if texel else {}),
                                     weight_passes=-(-m // tokens), linear_shape=(m, r1 - r0, k), invocations=work))
 
@@ -324,7 +325,9 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                     {"QTYPE": FORMATS[fmt].qtype, "PLANES": int(planes), "ROWS": rows, "TOKENS": tokens,
                                      "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra),
                                      "GATED": int(up is not None), "NORM": int(gamma is not None),
-                                     "G_TEXEL": int(g_texel), "HEAD_AT": heads},
+                                     "G_TEXEL": int(g_texel), "HEAD_AT": heads,
+                                     "Y4": int(tokens > 1 and rows % 4 == 0 and n % 4 == 0 and r0 % 4 == 0
+                                               and (r1 - r0) % 4 == 0)},
                                     texels=({1: "rgba32f"} if x_texel else {}) | ({2: word} if texel else {})
                                     | ({3: word} if texel and up is not None else {})
                                     | ({at: "rgba32f"} if g_texel else {})
