@@ -34,12 +34,14 @@ def test_run_json_plain_prompt(device, smollm2_path, smollm2_golden, capsys):
     assert out["device"] == out["load"]["device"] == device.name
 
 
-def test_batched_prefill_matches_token_by_token(device, smollm2_path):
-    """The prefill entry point (two batches of 8, the second padded) gives the logits of feeding
-    the prompt token by token, and leaves the caches so that decoding goes on the same."""
+@pytest.mark.parametrize("tokens,batches", [(13, [8, 8]), (11, [8, 4])])
+def test_batched_prefill_matches_token_by_token(device, smollm2_path, tokens, batches):
+    """The prefill entry points (batches of 8, and of 4 for a remainder of at most 4; the last
+    batch padded) give the logits of feeding the prompt token by token, and leave the caches so
+    that decoding goes on the same."""
     with LlamaSession(smollm2_path, device=device, max_context=32, prefill=8) as s:
-        ids = s.tokenizer.encode("The capital of France is Paris, and the capital of Italy is Rome.")[:13]
-        assert len(ids) == 13
+        ids = s.tokenizer.encode("The capital of France is Paris, and the capital of Italy is Rome.")[:tokens]
+        assert len(ids) == tokens and s.batches_for(tokens) == batches
         batched = s.prefill(ids)
         after_batched = s.step(int(np.argmax(batched)), len(ids))
         stepped = [s.step(tok, pos) for pos, tok in enumerate(ids)][-1]

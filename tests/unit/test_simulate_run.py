@@ -61,15 +61,18 @@ def test_a_linear_on_a_cpu_renderer_is_priced_in_whole_waves_of_simd_batches():
 
 
 def test_decode_prediction_follows_the_session():
-    """Prefill in padded batches of 32 (token by token under PREFILL_MIN tokens), then a step
-    per token; a shape-only spec needs no weights."""
-    pred = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 40)
-    assert pred.prefill_chunk == 32 and pred.step.dispatches == 16 * 6 + 2  # 16 layers, embedding, head
-    # 40 tokens: two batches, the second (reported) seeing 32 more keys per token than the first
+    """Prefill in the session's padded batches (64, a remainder of at most 32 in a batch of 32;
+    token by token under PREFILL_MIN tokens), then a step per token; a shape-only spec needs no
+    weights."""
+    pred = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 120)
+    assert pred.prefill_chunk == 64 and pred.step.dispatches == 16 * 6 + 2  # 16 layers, embedding, head
+    # 120 tokens: two batches of 64, the second (reported) seeing 64 more keys per token than the first
+    assert pred.prefill_batches == [64, 64]
     first = pred.time_to_first_token_s - pred.prefill.seconds
     assert 0 < first < pred.prefill.seconds
     assert pred.decode_tok_s == pytest.approx(1 / pred.step.seconds)
-    assert pred.prefill_tok_s == pytest.approx(40 / pred.time_to_first_token_s)
+    assert pred.prefill_tok_s == pytest.approx(120 / pred.time_to_first_token_s)
+    assert simulate_decode("llama-3.2-1b:q4_0", PROFILE, 90).prefill_batches == [64, 32]
     assert max(pred.step.by_kind, key=lambda k: pred.step.by_kind[k][0]) == "linear_quant"
     short = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 3)  # steps at positions 0..2: fewer keys than decoding's
     assert short.prefill_chunk == 0 and 0 < short.time_to_first_token_s < 3 * short.step.seconds

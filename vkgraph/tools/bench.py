@@ -215,14 +215,16 @@ def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: 
 
 @dataclass
 class DecodeResult:
-    """``vkgraph bench decode``: a prompt (in batches of ``prefill_chunk`` tokens, or token by
-    token when 0: LlamaSession.batch_for), then greedy decoding."""
+    """``vkgraph bench decode``: a prompt (in the batches ``prefill_batches`` of at most
+    ``prefill_chunk`` tokens, or token by token when 0: LlamaSession.batches_for), then greedy
+    decoding."""
 
     model: str
     device: str
     prompt_tokens: int
     new_tokens: int
     prefill_chunk: int
+    prefill_batches: list[int]
     prefill_tok_s: float
     decode_tok_s: float
     time_to_first_token_s: float
@@ -260,7 +262,8 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
         logits = s.prefill(ids)
         token = int(np.argmax(logits))
         t_first = time.perf_counter() - t0
-        batched = s.batch_for(prompt_tokens)
+        plan = s.batches_for(prompt_tokens)
+        batched = max(plan, default=0)
         prefill_prof = s.graph.execute_profile() if profile and batched else {}
         per_kind: dict[str, list] = {}
         t1 = time.perf_counter()
@@ -274,7 +277,7 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
         t_decode = time.perf_counter() - t1
         prof = {k: (v[0] / new_tokens, v[1]) for k, v in sorted(per_kind.items(), key=lambda kv: -kv[1][0])}
         per_token = sum(1 for n in s.graph.execute_nodes if n.entry == "")
-        return DecodeResult(model, s.report.device, prompt_tokens, new_tokens, batched,
+        return DecodeResult(model, s.report.device, prompt_tokens, new_tokens, batched, plan,
                             prompt_tokens / t_first, new_tokens / t_decode, t_first, per_token, prof, prefill_prof)
 
 

@@ -166,20 +166,22 @@ class DecodePrediction:
     profile: str
     prompt_tokens: int
     new_tokens: int
-    prefill_chunk: int
+    prefill_chunk: int  # the largest batch (0: token by token)
+    prefill_batches: list[int]  # the prompt's batches, in order
     prefill_tok_s: float
     decode_tok_s: float
     time_to_first_token_s: float
     step: EntryPrediction  # one decoded token, at the mean position of the decoded ones
-    prefill: EntryPrediction  # the prompt's last batch of prefill_chunk tokens
+    prefill: EntryPrediction  # the prompt's last batch
 
 
 def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64, new_tokens: int = 32) -> DecodePrediction:
     """Predicted ``vkgraph bench decode --model M --prompt-tokens N --new-tokens K``: the prompt
-    in batches of the session's prefill size (a shorter last batch costs a whole one: it is
-    padded; fewer than PREFILL_MIN tokens go token by token, as LlamaSession.batch_for), then a
-    step per new token at positions N..N+K-1."""
-    from ..models.llama import DEFAULT_CONTEXT, DEFAULT_PREFILL, PREFILL_MIN, GGUFFile, LlamaConfig, PublishedShapes, build
+    in the batches a session runs it in (llama.prefill_schedule: a shorter last batch costs a
+    whole one of its size, it is padded; fewer than PREFILL_MIN tokens go token by token), then
+    a step per new token at positions N..N+K-1."""
+    from ..models.llama import (DEFAULT_CONTEXT, DEFAULT_PREFILL, GGUFFile, LlamaConfig, PublishedShapes, build,
+                                prefill_entry, prefill_schedule, prefill_sizes)
     from ..models.registry import resolve
 
     if profile.execute is None:
@@ -208,13 +210,16 @@ def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64, new_t
         raise ValueError(f"{prompt_tokens} + {new_tokens} tokens exceed the {context}-token context")
     rates = profile.execute
     step = predict_entry(g, "", rates, prompt_tokens + (new_tokens - 1) / 2 + 1)  # priced linearly in the keys
-    batched = prompt_tokens >= PREFILL_MIN
-    if batched:
-        batches = [predict_entry(g, "prefill", rates, chunk * p0 + chunk * (chunk + 1) / 2)
-                   for p0 in range(0, prompt_tokens, chunk)]
+    sizes = prefill_sizes(chunk)
+    plan = prefill_schedule(prompt_tokens, sizes)
+    if plan:
+        batches, p0 = [], 0
+        for size in plan:  # causal: a batch of c tokens from p0 sees c * p0 + c (c + 1) / 2 keys
+            batches.append(predict_entry(g, prefill_entry(size, sizes), rates, size * p0 + size * (size + 1) / 2))
+            p0 += size
         ttft, prefill = sum(b.seconds for b in batches), batches[-1]
     else:
         ttft = prompt_tokens * predict_entry(g, "", rates, (prompt_tokens + 1) / 2).seconds  # keys 1..N: linear
         prefill = predict_entry(g, "prefill", rates, chunk * (chunk + 1) / 2)
-    return DecodePrediction(model, profile.name, prompt_tokens, new_tokens, chunk if batched else 0,
+    return DecodePrediction(model, profile.name, prompt_tokens, new_tokens, max(plan, default=0), plan,
                             prompt_tokens / ttft, 1 / step.seconds, ttft, step, prefill)
