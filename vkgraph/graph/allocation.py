@@ -109,10 +109,11 @@ class TensorMemory:
         for cpu, group in groups.items():
             self._block(group, cpu)
 
-    def _block(self, tensors: list[Tensor], huge_pages: bool) -> None:
+    def _block(self, tensors: list[Tensor], huge_pages: bool = False, place=None) -> None:
         if not tensors:
             return
-        block, buffers = allocate_block(self.device, [(t.nbytes, t.name) for t in tensors], huge_pages=huge_pages)
+        block, buffers = allocate_block(self.device, [(t.nbytes, t.name) for t in tensors], huge_pages=huge_pages,
+                                        place=place)
         self._resources.append(block)
         for t, buf in zip(tensors, buffers):
             t.buffer = buf
@@ -120,13 +121,7 @@ class TensorMemory:
     def allocate_shared(self, tensors: list[Tensor], lifetimes: list[tuple[int, int]]) -> None:
         """Buffers for ``tensors`` in one memory block, placed by their ``lifetimes``
         (:func:`place_shared`)."""
-        if not tensors:
-            return
-        block, buffers = allocate_block(self.device, [(t.nbytes, t.name) for t in tensors],
-                                        place=lambda needs: place_shared(needs, lifetimes))
-        self._resources.append(block)
-        for t, buf in zip(tensors, buffers):
-            t.buffer = buf
+        self._block(tensors, place=lambda needs: place_shared(needs, lifetimes))
 
     def allocate(self, tensor: Tensor) -> Buffer | Image3D:
         """Device memory for ``tensor``: a buffer, or an image for texture storage."""

@@ -253,6 +253,14 @@ def _texel_ok(g: ComputeGraph, binding: ValueRef | tuple, total_nbytes: int, tex
     return nbytes // texel_nbytes <= lim["maxTexelBufferElements"] and offset % lim["minTexelBufferOffsetAlignment"] == 0
 
 
+def _stores_vec4(tokens: int, rows: int, n: int, r0: int, r1: int) -> int:
+    """Whether a tile kernel writes y (and the residual, and linear_tiled's bias) as vec4s, four
+    rows a store (their ``Y4``): for tiles (several tokens) whose rows per invocation, row window,
+    its start and y's row length are multiples of 4. lavapipe stores lane by lane, a vector's
+    components in one pass over the lanes."""
+    return int(tokens > 1 and rows % 4 == 0 and n % 4 == 0 and r0 % 4 == 0 and (r1 - r0) % 4 == 0)
+
+
 def _linear_groups(g: ComputeGraph, tokens: int, work: int, local: int) -> tuple[int, int, int]:
     """A linear's workgroups: tiles (several tokens) get an invocation each, their kernels have no
     grid-stride loop (lavapipe ran them 5-20% faster without); one token at a time loops over rows."""
@@ -277,7 +285,7 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                     {"R4": LINEAR_ROWS_CPU // 4, "TOKENS": tokens, "TEXEL": int(texel),
                                      "X_TEXEL": int(x_texel), "HAS_BIAS": len(bias),
                                      "RESIDUAL": int(residual is not None), "ACT": 1 + UNARY_OPS[act] if act else 0,
-                                     "Y4": int(tokens > 1 and n % 4 == 0 and r0 % 4 == 0 and (r1 - r0) % 4 == 0)},
+                                     "Y4": _stores_vec4(tokens, LINEAR_ROWS_CPU, n, r0, r1)},
                                     texels=({1: "rgba32f"} if x_texel else {}) | ({2: "rgba32f"} if texel else {}),
                                     weight_passes=-(-m // tokens), linear_shape=(m, r1 - r0, k), invocations=work))
 
@@ -326,8 +334,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                      "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra),
                                      "GATED": int(up is not None), "NORM": int(gamma is not None),
                                      "G_TEXEL": int(g_texel), "HEAD_AT": heads,
-                                     "Y4": int(tokens > 1 and rows % 4 == 0 and n % 4 == 0 and r0 % 4 == 0
-                                               and (r1 - r0) % 4 == 0)},
+                                     "Y4": _stores_vec4(tokens, rows, n, r0, r1)},
                                     texels=({1: "rgba32f"} if x_texel else {}) | ({2: word} if texel else {})
                                     | ({3: word} if texel and up is not None else {})
                                     | ({at: "rgba32f"} if g_texel else {})
