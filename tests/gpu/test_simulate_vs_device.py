@@ -57,6 +57,7 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert set(e.weight_gbps) == {"fp32", "q4_0", "q4_1", "q8_0"} and all(v > 0 for v in e.weight_gbps.values()), raw
     assert e.linear_dispatch_s >= e.dispatch_s and all(v > 0 for v in e.gmacs.values()), raw
     assert 0 < e.attention_key_s < 1e-5, raw  # seconds per query row and key: attention costs something
+    assert 0 <= e.first_linear_s < 1 and 0 <= e.first_dispatch_s < 1, raw  # a first dispatch: under a second
     path = tmp_path / "p.toml"
     path.write_text(profile_toml(profile))
     again = load_profile(path)  # the written profile loads and simulates
@@ -64,6 +65,8 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert (again.cpu_rate, again.gpu_rate) == pytest.approx((profile.cpu_rate, profile.gpu_rate), rel=1e-2)
     assert again.execute.weight_gbps == pytest.approx(e.weight_gbps, rel=1e-3) and again.renderer == device.renderer
     assert again.execute.attention_key_s == pytest.approx(e.attention_key_s, rel=1e-3)
+    assert (again.execute.first_linear_s, again.execute.first_dispatch_s) == pytest.approx(
+        (e.first_linear_s, e.first_dispatch_s), rel=1e-3, abs=1e-8)
     assert simulate(model_nodes("synthetic:8"), GraphConfig(), again).load_s > 0
 
 

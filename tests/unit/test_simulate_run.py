@@ -10,7 +10,8 @@ from vkgraph import ops
 from vkgraph.errors import ConfigError
 from vkgraph.graph.compute_graph import ComputeGraph
 from vkgraph.tools.simulate import load_profile
-from vkgraph.tools.simulate_run import ExecuteRates, device_facts, dispatch_seconds, simulate_decode, waves_factor
+from vkgraph.tools.simulate_run import (ExecuteRates, device_facts, dispatch_seconds, first_use_seconds, simulate_decode,
+                                        waves_factor)
 
 PROFILE = load_profile("lavapipe")
 RATES = ExecuteRates(host_s=1e-4, dispatch_s=2e-5, stream_gbps=4.0, weight_gbps={"fp32": 8.0, "q4_0": 2.0},
@@ -70,12 +71,12 @@ def test_decode_prediction_follows_the_session():
     assert pred.prefill_batches == [64, 64]
     first = pred.time_to_first_token_s - pred.prefill.seconds
     assert 0 < first < pred.prefill.seconds
-    assert pred.decode_tok_s == pytest.approx(1 / pred.step.seconds)
+    assert pred.decode_tok_s == pytest.approx(32 / (32 * pred.step.seconds + pred.first_use_s[1]))
     assert pred.prefill_tok_s == pytest.approx(120 / pred.time_to_first_token_s)
     assert simulate_decode("llama-3.2-1b:q4_0", PROFILE, 90).prefill_batches == [64, 32]
     assert max(pred.step.by_kind, key=lambda k: pred.step.by_kind[k][0]) == "linear_quant"
     short = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 3)  # steps at positions 0..2: fewer keys than decoding's
-    assert short.prefill_chunk == 0 and 0 < short.time_to_first_token_s < 3 * short.step.seconds
+    assert short.prefill_chunk == 0 and 0 < short.time_to_first_token_s - short.first_use_s[0] < 3 * short.step.seconds
 
 
 def test_attention_is_priced_by_the_keys_its_queries_see():
@@ -98,6 +99,30 @@ def test_attention_is_priced_by_the_keys_its_queries_see():
     assert far.step.by_kind["sdpa_rows"][0] > near.step.by_kind["sdpa_rows"][0]
 
 
+def test_a_fresh_process_pays_each_pipelines_first_dispatch_once():
+    """Hand-worked: two linears of one shape share a pipeline, so an entry point of them and an
+    addition first costs one linear's first dispatch and one other's; an entry point using only
+    pipelines the process has run costs none. A fresh process's prompt pays its batches'
+    pipelines, its first decoded token the steps' that are left."""
+    import numpy as np
+
+    rates = dataclasses.replace(RATES, first_linear_s=2e-3, first_dispatch_s=5e-4)
+    g = ComputeGraph.recording(facts=device_facts(dataclasses.replace(PROFILE, execute=rates)))
+    x = g.add_input((1, 256), np.float32, "x")
+    y = [ops.linear(g, x, g.add_tensorref(np.zeros((64, 8 * 18), np.uint8), f"w{i}", quant="q4_0")) for i in range(2)]
+    ops.add(g, *y)
+    used: set = set()
+    assert first_use_seconds(g, "", rates, used) == pytest.approx(2e-3 + 5e-4)
+    assert len(used) == 2 and first_use_seconds(g, "", rates, used) == 0.0
+    fresh, steady = (simulate_decode("llama-3.2-1b:q4_0", dataclasses.replace(PROFILE, execute=dataclasses.replace(
+        PROFILE.execute, first_linear_s=first, first_dispatch_s=first / 4)), 64) for first in (2e-3, 0.0))
+    prompt, step = fresh.first_use_s
+    assert steady.first_use_s == (0.0, 0.0) and steady.decode_tok_s == pytest.approx(1 / steady.step.seconds)
+    assert prompt > 4 * 2e-3 and 0 < step < prompt  # the steps' one-token linears are pipelines of their own
+    assert fresh.time_to_first_token_s == pytest.approx(steady.time_to_first_token_s + prompt)
+    assert 32 / fresh.decode_tok_s == pytest.approx(32 / steady.decode_tok_s + step)
+
+
 def test_decode_prediction_refuses_what_it_cannot_model(tmp_path):
     with pytest.raises(ValueError, match="--decode models a llama decoder .* not 'synthetic:8'"):
         simulate_decode("synthetic:8", PROFILE)
@@ -114,6 +139,9 @@ def test_decode_prediction_refuses_what_it_cannot_model(tmp_path):
         load_profile(p)
     p.write_text(re.sub(r"(?m)^attention_key_ns = .*$", "attention_key_ns = -1", text))
     with pytest.raises(ConfigError, match=r"execute.attention_key_ns: must be >= 0 \(0: not modelled\), got -1"):
+        load_profile(p)
+    p.write_text(re.sub(r"(?m)^first_linear_us = .*$", "first_linear_us = -2", text))
+    with pytest.raises(ConfigError, match=r"execute.first_linear_us: must be >= 0 \(0: not modelled\), got -2"):
         load_profile(p)
     p.write_text(re.sub(r"(?m)^host_us = .*$", "", text))
     with pytest.raises(ConfigError, match="execute.host_us: missing"):

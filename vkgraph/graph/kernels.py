@@ -21,6 +21,12 @@ from ..runtime import (
 from ..shaders import SpirvCompiler
 
 
+def kernel_key(shader: str, types: Sequence[DescriptorType], push_nbytes: int,
+               spec: Mapping[int, Any], defines: Mapping[str, object]) -> tuple:
+    """What makes a pipeline: dispatches with the same key share one."""
+    return (shader, tuple(types), push_nbytes, tuple(sorted(spec.items())), tuple(sorted(defines.items())))
+
+
 @dataclass
 class Kernel:
     """A compute pipeline and its layouts, shared by every node that uses the same shader."""
@@ -51,7 +57,7 @@ class KernelCache:
         spec = dict(spec or {})
         defines = dict(defines or {})
         types = (DescriptorType.STORAGE_BUFFER,) * bindings if isinstance(bindings, int) else tuple(bindings)
-        key = (shader, types, push_nbytes, tuple(sorted(spec.items())), tuple(sorted(defines.items())))
+        key = kernel_key(shader, types, push_nbytes, spec, defines)
         k = self._kernels.get(key)
         if k is None:
             spirv = self.compiler.compile_named(shader, defines)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from ..runtime import CommandBuffer, DescriptorPool, DescriptorType
+from .kernels import kernel_key
 from .packers import Packer
 from .scheduler import align_up
 from .staging import StagingRegion, StagingRing
@@ -190,6 +191,10 @@ class DispatchNode:
         return tuple(DescriptorType.STORAGE_IMAGE if t.storage == "texture3d" else
                      DescriptorType.UNIFORM_TEXEL_BUFFER if i in self.texels else DescriptorType.STORAGE_BUFFER
                      for i, t in enumerate(self.tensors(graph)))
+
+    def kernel_key(self, graph: ComputeGraph) -> tuple:
+        """Its pipeline's key (kernels.kernel_key): dispatches with the same one share a pipeline."""
+        return kernel_key(self.shader, self.binding_types(graph), len(self.push), self.spec, self.defines)
 
     def kernel(self, graph: ComputeGraph) -> Kernel:
         return graph.kernels.get(self.shader, self.binding_types(graph), len(self.push), self.spec, self.defines)

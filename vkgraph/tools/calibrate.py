@@ -176,21 +176,28 @@ def _fresh_device_gbps(size_mb: int, rounds: int = 5) -> float:
     return 1 / per_byte / 1e9 if per_byte > 1e-12 else 0.0
 
 
-def _execute_seconds(dev: Device, build, inputs: dict[str, np.ndarray], repeat: int) -> float:
-    """Median wall time of ``repeat`` executes (after one) of the graph ``build(g)`` makes."""
+def _execute_times(dev: Device, build, inputs: dict[str, np.ndarray], repeat: int) -> tuple[float, float]:
+    """(median wall time of ``repeat`` executes after the first, how much longer the first took)
+    of the graph ``build(g)`` makes: its pipelines' first dispatches."""
     with ComputeGraph(GraphConfig(), device=dev) as g:
         build(g)
         g.prepare()
         g.run_prepack()
         g.encode_execute()
-        g.execute(inputs)
 
         def once() -> float:
             t0 = time.perf_counter()
             g.execute(inputs)
             return time.perf_counter() - t0
 
-        return _median(once, repeat)
+        first = once()
+        median = _median(once, repeat)
+        return median, first - median
+
+
+def _execute_seconds(dev: Device, build, inputs: dict[str, np.ndarray], repeat: int) -> float:
+    """Median wall time of ``repeat`` executes (after one) of the graph ``build(g)`` makes."""
+    return _execute_times(dev, build, inputs, repeat)[0]
 
 
 def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates:
@@ -202,7 +209,9 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
     dispatch's own cost, a cost per row and one per weight byte (the first two: medians over
     the formats, then each format's byte rate again with those, the median over the shapes);
     then 32-token ones of 1024 x 1024, for the multiply-adds of a tile's further tokens. On a
-    CPU renderer every term is scaled by the linear's waves (simulate_run.waves_factor)."""
+    CPU renderer every term is scaled by the linear's waves (simulate_run.waves_factor). A
+    pipeline's first dispatch: how much longer each graph's first execute took, the chain's
+    per pipeline (two), the linears' the median over their graphs (one pipeline each)."""
     import gguf
     from gguf.quants import quantize
 
@@ -223,13 +232,16 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
         return build
 
     t1 = _execute_seconds(dev, adds(1), tiny, repeat)
-    dispatch_s = max((_execute_seconds(dev, adds(101), tiny, repeat) - t1) / 100, 1e-7)
+    t101, first_adds = _execute_times(dev, adds(101), tiny, repeat)  # two pipelines' first dispatches
+    dispatch_s = max((t101 - t1) / 100, 1e-7)
     host_s = max(t1 - dispatch_s, 0.0)
     big = np.random.default_rng(4).standard_normal(4 << 20, dtype=np.float32)
     stream = 3 * big.nbytes / max(_execute_seconds(dev, adds(1, big), tiny, repeat) - t1 - dispatch_s, 1e-9) / 1e9
     rng = np.random.default_rng(5)
     kinds = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
              "q8_0": gguf.GGMLQuantizationType.Q8_0}
+
+    first_linear: list[float] = []  # each linears() graph has one pipeline: its first dispatch's cost
 
     def linears(fmt: str, n: int, k: int, m: int) -> tuple[float, int, int, int, int]:
         """(seconds of the execute beyond the host's share, dispatches, weight rows and weight bytes
@@ -248,7 +260,8 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
             g.set_output(y, "y")
             box["graph"] = g
 
-        t = _execute_seconds(dev, build, {"x": rng.standard_normal((m, k), dtype=np.float32)}, repeat)
+        t, first = _execute_times(dev, build, {"x": rng.standard_normal((m, k), dtype=np.float32)}, repeat)
+        first_linear.append(first)
         g = box["graph"]
         terms = [linear_terms(g, x, threads) for x in g.execute_nodes if x.weight_passes]
         return (t - host_s, len(terms), *(sum(column) for column in zip(*terms)))
@@ -268,7 +281,8 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
         if macs and extra > 0:  # none on GPUs (a token per invocation: passes only)
             gmacs[fmt] = macs / extra / 1e9
     return ExecuteRates(host_s, dispatch_s, stream, weight_gbps, linear_s, gmacs, row_s, threads,
-                        _attention_key_s(dev, repeat, threads))
+                        _attention_key_s(dev, repeat, threads), max(statistics.median(first_linear), 0.0),
+                        max(first_adds / 2, 0.0))
 
 
 def _attention_key_s(dev: Device, repeat: int, threads: int) -> float:
@@ -568,6 +582,8 @@ linear_dispatch_us = {e.linear_dispatch_s * 1e6:.4g}   # each linear's dispatch 
 linear_row_ns = {e.linear_row_s * 1e9:.4g}   # each weight row a linear's pass computes
 threads = {e.threads}   # a CPU renderer's worker threads (0: a GPU)
 attention_key_ns = {e.attention_key_s * 1e9:.4g}   # attention's work per query row and key it sees
+first_linear_us = {e.first_linear_s * 1e6:.4g}   # a linear pipeline's first dispatch in a process, beyond its work
+first_dispatch_us = {e.first_dispatch_s * 1e6:.4g}   # any other pipeline's
 
 [execute.weight_gbps]  # a linear's weight streamed, per format
 {weights}

@@ -24,7 +24,12 @@ dispatches. One execute of an entry point costs:
   heads of one token: 2 SIMD batches on 2 threads, priced as 16 rows). A decoded token at
   position p sees p + 1 keys, a prefill batch of T tokens from p0 (causal) T * p0 + T (T + 1) / 2
   in all: a step costs more the longer the context, so decode is priced at the mean position of
-  the tokens it decodes, and each prefill batch at its own.
+  the tokens it decodes, and each prefill batch at its own;
+- and, as bench decode runs in a fresh process, the first dispatch of each pipeline there
+  (``first_linear_us`` for a linear's, ``first_dispatch_us`` for any other's, beyond its work):
+  lavapipe's first run of a pipeline cost 1-4 ms for a linear, 0.2-1 ms for others (SmolLM2's
+  first 64-token batch: 9 pipelines, 12-15 ms of its 210-220), a cost the prompt's first batch
+  of each size and the first decoded token pay.
 """
 
 from __future__ import annotations
@@ -60,6 +65,10 @@ class ExecuteRates:
     #: a CPU renderer's worker threads (its workgroups run a SIMD batch per thread at a time); 0: a GPU
     threads: int = 0
     attention_key_s: float = 0.0  # attention's work per query row and key it sees (0: not modelled)
+    #: a pipeline's first dispatch in a process, beyond its work: a linear's and any other kernel's
+    #: (0: not modelled)
+    first_linear_s: float = 0.0
+    first_dispatch_s: float = 0.0
 
 
 def parse_execute(path: str, d: dict) -> ExecuteRates | None:
@@ -69,7 +78,8 @@ def parse_execute(path: str, d: dict) -> ExecuteRates | None:
         rates = ExecuteRates(float(d["host_us"]) * 1e-6, float(d["dispatch_us"]) * 1e-6, float(d["stream_gbps"]),
                              {k: float(v) for k, v in d["weight_gbps"].items()}, float(d["linear_dispatch_us"]) * 1e-6,
                              {k: float(v) for k, v in d.get("gmacs", {}).items()}, float(d["linear_row_ns"]) * 1e-9,
-                             int(d.get("threads", 0)), float(d.get("attention_key_ns", 0.0)) * 1e-9)
+                             int(d.get("threads", 0)), float(d.get("attention_key_ns", 0.0)) * 1e-9,
+                             float(d.get("first_linear_us", 0.0)) * 1e-6, float(d.get("first_dispatch_us", 0.0)) * 1e-6)
     except KeyError as exc:
         raise ConfigError(path, f"execute.{str(exc).strip(chr(39))}", "missing") from None
     except (TypeError, ValueError, AttributeError) as exc:
@@ -79,8 +89,10 @@ def parse_execute(path: str, d: dict) -> ExecuteRates | None:
                    *((f"execute.gmacs.{k}", v) for k, v in rates.gmacs.items())):
         if v <= 0:
             raise ConfigError(path, key, f"must be > 0, got {v}")
-    if rates.attention_key_s < 0:
-        raise ConfigError(path, "execute.attention_key_ns", f"must be >= 0 (0: not modelled), got {d['attention_key_ns']}")
+    for key, v in (("attention_key_ns", rates.attention_key_s), ("first_linear_us", rates.first_linear_s),
+                   ("first_dispatch_us", rates.first_dispatch_s)):
+        if v < 0:
+            raise ConfigError(path, f"execute.{key}", f"must be >= 0 (0: not modelled), got {d[key]}")
     return rates
 
 
@@ -160,6 +172,19 @@ def predict_entry(g: ComputeGraph, entry: str, rates: ExecuteRates, keys_seen: f
     return EntryPrediction(rates.host_s + total, sum(n for _, n in by_kind.values()), by_kind)
 
 
+def first_use_seconds(g: ComputeGraph, entry: str, rates: ExecuteRates, used: set) -> float:
+    """What the first execute of ``entry`` in a process costs beyond a later one: the first
+    dispatch of each pipeline not in ``used`` (the pipelines the process has run; this adds
+    the entry's)."""
+    seconds = 0.0
+    for node in g.execute_nodes:
+        key = node.kernel_key(g) if node.entry == entry else None
+        if key is not None and key not in used:
+            used.add(key)
+            seconds += rates.first_linear_s if node.weight_passes else rates.first_dispatch_s
+    return seconds
+
+
 @dataclass
 class DecodePrediction:
     model: str
@@ -173,6 +198,8 @@ class DecodePrediction:
     time_to_first_token_s: float
     step: EntryPrediction  # one decoded token, at the mean position of the decoded ones
     prefill: EntryPrediction  # the prompt's last batch
+    #: the first dispatches of pipelines in the prompt's batches and in the steps (first_use_seconds)
+    first_use_s: tuple[float, float] = (0.0, 0.0)
 
 
 def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64, new_tokens: int = 32) -> DecodePrediction:
@@ -212,14 +239,19 @@ def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64, new_t
     step = predict_entry(g, "", rates, prompt_tokens + (new_tokens - 1) / 2 + 1)  # priced linearly in the keys
     sizes = prefill_sizes(chunk)
     plan = prefill_schedule(prompt_tokens, sizes)
+    used: set = set()  # a fresh process: every pipeline's first dispatch is still to come
     if plan:
         batches, p0 = [], 0
         for size in plan:  # causal: a batch of c tokens from p0 sees c * p0 + c (c + 1) / 2 keys
             batches.append(predict_entry(g, prefill_entry(size, sizes), rates, size * p0 + size * (size + 1) / 2))
             p0 += size
-        ttft, prefill = sum(b.seconds for b in batches), batches[-1]
+        first = sum(first_use_seconds(g, prefill_entry(size, sizes), rates, used) for size in dict.fromkeys(plan))
+        ttft, prefill = sum(b.seconds for b in batches) + first, batches[-1]
     else:
-        ttft = prompt_tokens * predict_entry(g, "", rates, (prompt_tokens + 1) / 2).seconds  # keys 1..N: linear
+        first = first_use_seconds(g, "", rates, used)
+        ttft = prompt_tokens * predict_entry(g, "", rates, (prompt_tokens + 1) / 2).seconds + first  # keys 1..N: linear
         prefill = predict_entry(g, "prefill", rates, chunk * (chunk + 1) / 2)
+    first_step = first_use_seconds(g, "", rates, used)
     return DecodePrediction(model, profile.name, prompt_tokens, new_tokens, max(plan, default=0), plan,
-                            prompt_tokens / ttft, 1 / step.seconds, ttft, step, prefill)
+                            prompt_tokens / ttft, new_tokens / (new_tokens * step.seconds + first_step), ttft, step,
+                            prefill, (first, first_step))
