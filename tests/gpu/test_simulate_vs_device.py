@@ -38,6 +38,24 @@ def test_plan_and_peak_staging_match_the_device(device, compiler, tmp_path, mode
     assert sim.packing_dispatches == report.packing_dispatches
 
 
+def test_packing_dispatches_follow_the_devices_windows(device, compiler):
+    """MiniLM's weights in the windows the device's bindings and texel buffers take (SwiftShader's
+    texel buffers hold 1 MiB): the simulator counts the dispatches run_prepack records."""
+    from vkgraph.models.registry import open_model
+
+    profile = dataclasses.replace(load_profile("lavapipe"), renderer=device.renderer, cpu_renderer=device.is_cpu,
+                                  host_visible_device_local=device.host_visible_device_local,
+                                  max_texel_buffer_elements=device.limits["maxTexelBufferElements"])
+    with open_model("minilm") as m, ComputeGraph(GraphConfig(), device=device, compiler=compiler) as g:
+        m.build(g)
+        report = g.run_prepack()
+    nodes = model_nodes("minilm", profile)
+    assert simulate(nodes, GraphConfig(), dataclasses.replace(profile, staging_alignment=g.staging_alignment),
+                    "staged").packing_dispatches == report.packing_dispatches
+    if device.limits["maxTexelBufferElements"] * 16 < max(n.src_nbytes for n in nodes):
+        assert report.packing_dispatches > sum(n.shader for n in nodes)  # some weights took several windows
+
+
 def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     import math
 

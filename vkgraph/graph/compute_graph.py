@@ -35,7 +35,8 @@ class DeviceFacts:
     renderer: str = ""
     limits: dict[str, Any] = field(default_factory=lambda: {
         "minStorageBufferOffsetAlignment": 16, "maxStorageBufferRange": 2**32 - 1,
-        "maxComputeWorkGroupCount": (65535, 65535, 65535), "maxImageDimension3D": 2048})
+        "maxComputeWorkGroupCount": (65535, 65535, 65535), "maxImageDimension3D": 2048,
+        "maxTexelBufferElements": 2**32 - 1, "minTexelBufferOffsetAlignment": 16})
 
 
 class ComputeGraph:

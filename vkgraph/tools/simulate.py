@@ -50,6 +50,9 @@ class SimNode:
     packer: str  # "identity", "linear_4x4", "q4_0", ...
     src_nbytes: int
     packed_nbytes: int
+    #: packing dispatches: row windows where a binding or texel buffer of the device's takes less
+    #: than the whole weight (PrepackNode.windows)
+    dispatches: int = 1
 
     @property
     def shader(self) -> bool:
@@ -199,7 +202,8 @@ def model_nodes(model: str, profile: Profile | None = None) -> list[SimNode]:
     with open_model(model, shapes_only=True) as m:
         g = ComputeGraph.recording(facts=device_facts(profile)) if profile else ComputeGraph.recording()
         m.build(g)
-    return [SimNode(g.values[n.src].name, n.packer.name, g.values[n.src].nbytes, g.values[n.dst].nbytes)
+    return [SimNode(g.values[n.src].name, n.packer.name, g.values[n.src].nbytes, g.values[n.dst].nbytes,
+                    len(n.windows(g)))
             for n in g.prepack_nodes]
 
 
@@ -310,8 +314,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             touched += fresh
             c += fresh / (profile.staging_touch_gbps(prepack.staging_huge_pages) * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
             if n.shader:
-                g += profile.dispatch_s + n.packed_nbytes / profile.pack_bandwidth(n.packer)
-                dispatches += 1
+                g += n.dispatches * profile.dispatch_s + n.packed_nbytes / profile.pack_bandwidth(n.packer)
+                dispatches += n.dispatches
             else:
                 g += n.src_nbytes / profile.pack_bandwidth("identity")
             if first_load and profile.fresh_device_gbps > 0:
