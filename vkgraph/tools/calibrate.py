@@ -501,10 +501,9 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     pack = {"linear_4x4": _pack_gbps_in_fresh_process("linear_4x4", size_mb, repeat, dispatch_s)}
     pieces = [piece for a in big for piece in np.array_split(a, max(1, a.shape[0] // 32))]  # [32, 4096]: 0.5 MiB
     host = {name: _host_pack_gbps(device, name, pieces, repeat) for name in ("linear_4x4", "transposed")}
-    # GGML blocks split into planes, into fresh memory as the other host forms: SmolLM2's first
-    # loads on lavapipe (66 MB of q4_1 in planes) took 0.056-0.059 s, priced at 0.048 when this
-    # was the later loads' copy rate times the split's speed against a copy (2.96 GB/s); measured
-    # this way 2.07-2.18 GB/s
+    # GGML blocks split into planes, timed as the other host forms: SmolLM2's first loads on
+    # lavapipe (66 MB of q4_1 in planes) took 0.056-0.059 s, priced at 0.048 when this was the
+    # later loads' copy rate times the split's speed against a copy (2.96 GB/s)
     for fmt, f in FORMATS.items():
         blocks = [a.reshape(-1).view(np.uint8)[:a.nbytes // f.block_nbytes * f.block_nbytes]
                   .reshape(-1, f.block_nbytes) for a in pieces]
