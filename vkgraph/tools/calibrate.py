@@ -152,18 +152,21 @@ def _host_pack_gbps(dev: Device, packer: str, arrays: list[np.ndarray], repeat: 
     sizes = [(p.packed_nbytes(r), r.name) for r in refs]
 
     def once() -> float:
-        if not dev.host_visible_device_local:
+        block = None
+        if dev.host_visible_device_local:  # device memory, as a load's weights
+            block, buffers = allocate_block(dev, sizes, huge_pages=True)
+            outs = [b.view() for b in buffers]
+        else:
             outs = [np.empty(n, np.uint8) for n, _ in sizes]
+        try:
             t0 = time.perf_counter()
             for r, a, out in zip(refs, arrays, outs):
                 p.pack_host(r, a.reshape(-1).view(np.uint8), out)
             return time.perf_counter() - t0
-        block, buffers = allocate_block(dev, sizes, huge_pages=True)  # device memory, as a load's weights
-        with block:
-            t0 = time.perf_counter()
-            for r, a, b in zip(refs, arrays, buffers):
-                p.pack_host(r, a.reshape(-1).view(np.uint8), b.view())
-            return time.perf_counter() - t0
+        finally:
+            del outs  # the views go before the block's mapping
+            if block is not None:
+                block.destroy()
 
     once()
     return sum(a.nbytes for a in arrays) / _median(once, repeat) / 1e9

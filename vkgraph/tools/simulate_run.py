@@ -177,9 +177,9 @@ def first_use_seconds(g: ComputeGraph, entry: str, rates: ExecuteRates, used: se
     dispatch of each pipeline not in ``used`` (the pipelines the process has run; this adds
     the entry's)."""
     seconds = 0.0
-    for node in g.execute_nodes:
-        key = node.kernel_key(g) if node.entry == entry else None
-        if key is not None and key not in used:
+    for node in (n for n in g.execute_nodes if n.entry == entry):
+        key = node.kernel_key(g)
+        if key not in used:
             used.add(key)
             seconds += rates.first_linear_s if node.weight_passes else rates.first_dispatch_s
     return seconds
