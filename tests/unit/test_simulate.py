@@ -190,9 +190,10 @@ def test_direct_writes_cost_their_own_per_node_encode():
         float(text.split("encode_direct_us = ")[1].split()[0]) * 1e-6)
 
 
-def test_first_load_adds_the_gpus_first_touch_of_device_memory():
-    """A fresh process's first load: each GPU-packed node also pays its packed bytes at
-    ``fresh_device_gbps`` (0: free, the settled load); a legacy load's GPU is one batch, so the
+def test_first_load_adds_the_first_touch_of_device_memory():
+    """A fresh process's first load: each node also pays its packed bytes at
+    ``fresh_device_gbps`` (0: free, the settled load), on the GPU for a node it packs, on the CPU
+    for one the CPU writes straight into device memory; a legacy load's GPU is one batch, so the
     difference is exactly that."""
     nodes = nodes_of([4096] * 3 + [8192])
     fresh = dataclasses.replace(PROFILE, fresh_device_gbps=0.5)
@@ -200,6 +201,13 @@ def test_first_load_adds_the_gpus_first_touch_of_device_memory():
     first = simulate(nodes, GraphConfig(), fresh, "legacy", first_load=True)
     assert first.gpu_s - settled.gpu_s == pytest.approx((3 * 4096 + 8192) / 0.5e9)
     assert first.load_s - settled.load_s == pytest.approx(first.gpu_s - settled.gpu_s)
+    direct = nodes_of([1 << 20] * 2, packer="q4_1")  # GGML blocks: the CPU copies them, at one rate here
+    host = dataclasses.replace(fresh, host_visible_device_local=True, cpu_renderer=True, direct_copy_gbps=5.0,
+                               settled_direct_gbps=5.0)
+    settled = simulate(direct, GraphConfig(), host, "legacy")
+    first = simulate(direct, GraphConfig(), host, "legacy", first_load=True)
+    assert first.gpu_s == settled.gpu_s == 0
+    assert first.cpu_encode_s - settled.cpu_encode_s == pytest.approx(2 * (1 << 20) / 0.5e9)
     free = dataclasses.replace(PROFILE, fresh_device_gbps=0.0)
     assert simulate(nodes, GraphConfig(), free, "staged", first_load=True).load_s == pytest.approx(
         simulate(nodes, GraphConfig(), free, "staged").load_s)
@@ -223,7 +231,7 @@ def test_weights_copied_straight_into_device_memory_touch_fresh_pages_on_first_l
     own block is mapped anew by every load."""
     small = nodes_of([1 << 20] * 2, packer="identity") + nodes_of([1 << 20], packer="q4_1")
     big = nodes_of([BLOCK_NBYTES + 4], packer="identity")
-    p = dataclasses.replace(PROFILE, host_visible_device_local=True, source_read_gbps=0.0,
+    p = dataclasses.replace(PROFILE, host_visible_device_local=True, source_read_gbps=0.0, fresh_device_gbps=0.0,
                             direct_copy_gbps=4.0, settled_direct_gbps=10.0, encode_direct_s=20e-6)
     for nodes, settled_gbps in ((small, 10.0), (big, 4.0)):
         nbytes = sum(n.src_nbytes for n in nodes)

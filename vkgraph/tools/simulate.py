@@ -11,9 +11,11 @@ each mode holds), models the staging ring with the same reserve/retire rule as
   them into staging, or, for weights the CPU packs itself (graph.packers.packs_on_host), writing
   them straight into device memory: Profile.host_pack_bandwidth), then submit.
 - GPU per batch: starts when submitted and the queue is free; each node costs a dispatch overhead
-  plus its packed bytes over the packer kind's bandwidth; on the first load of a process, plus
-  the first touch of its device memory where that memory is the process's own (``[gpu]
-  fresh_device_gbps``: lavapipe's device memory is the process heap, so a fresh process faults it in).
+  plus its packed bytes over the packer kind's bandwidth.
+- On the first load of a process every node also pays the first touch of its device memory where
+  that memory is the process's own (``[gpu] fresh_device_gbps``: lavapipe's device memory is the
+  process heap, so a fresh process faults it in): the GPU for what it packs, the CPU for what it
+  writes straight.
 - While both encode and pack at once, each runs at its profile rate (``[contention]``) of its
   speed alone: below 1 where the GPU is the CPU's own cores (lavapipe), 1 for separate hardware.
 - Reduce-peak mode waits for every batch (plus fence latency); legacy is one batch.
@@ -306,8 +308,9 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             n = nodes[i]
             if profile.source_read_gbps > 0:  # weights come from file mappings: page faults on first read
                 c += n.src_nbytes / (profile.source_read_gbps * GB)
-            if direct(n):  # a copy or a host form, into fresh pages
-                c += profile.direct_node_s + n.src_nbytes / profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load)
+            fresh_s = n.packed_nbytes / (profile.fresh_device_gbps * GB) if first_load and profile.fresh_device_gbps > 0 else 0.0
+            if direct(n):  # a copy or a host form, into fresh pages; the CPU faults them in
+                c += profile.direct_node_s + n.src_nbytes / profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load) + fresh_s
                 continue
             c += profile.encode_node_s
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
@@ -318,8 +321,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
                 dispatches += n.dispatches
             else:
                 g += n.src_nbytes / profile.pack_bandwidth("identity")
-            if first_load and profile.fresh_device_gbps > 0:
-                g += n.packed_nbytes / (profile.fresh_device_gbps * GB)
+            g += fresh_s
         cpu_work.append(c + profile.submit_s)
         gpu_work.append(g)
 
