@@ -33,6 +33,11 @@ LINEAR_TOKENS_CPU = 8
 #: (16.8) for 3 layers (16 rows rolled 16.6, 32 unrolled 15.9); SwiftShader within 3%. The
 #: unrolled loop costs at pipeline creation: SmolLM2's 7 linear pipelines 229-254 ms against 130.
 LINEAR_TILE_ROWS_CPU = 16
+#: renderers whose tiles take fewer rows: SwiftShader's compile time grows with the unrolled tile
+#: (SmolLM2's session, its pipelines made: 18 s at 16 rows, 6.4 s at 8, 3.2-3.9 s at 4, against
+#: 2.9 s before the tiles' token loops were unrolled; its 64-token prefill batch 1.33, 1.46 and
+#: 1.71 s, against 6.8 s)
+LINEAR_TILE_ROWS = {"swiftshader": 4}
 #: CPU renderers whose shader compiler keeps the fp32 linear's tile in registers, so it runs
 #: glsl/linear_tiled.glsl there (lavapipe, MiniLM at 32 sentences: linear_4x4 16.1 s,
 #: tiled 0.5-0.9 s, and about 3x faster again since its rows loop is unrolled); SwiftShader's
@@ -294,18 +299,18 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                   residual: ValueRef | None = None, up: ValueRef | None = None, norm: Norm | None = None) -> None:
     """The dispatches of a GGML-quantized linear, one per window of weight rows. On CPU renderers
     (lavapipe, SwiftShader) an invocation computes LINEAR_ROWS_CPU rows of one token, or
-    LINEAR_TILE_ROWS_CPU rows for up to LINEAR_TOKENS_CPU tokens, so a weight block is decoded
-    once for all of them and x read once for all rows; the weight (and, with several tokens, x)
-    is read as a uniform texel buffer where the device allows one that large: lavapipe runs a
-    storage-buffer load inside a loop as a loop over the SIMD lanes, a texel fetch as one gather
-    (glsl/linear_quant.glsl; figures in benchmarks/gemv.py). On GPUs an invocation computes one
+    LINEAR_TILE_ROWS_CPU rows (LINEAR_TILE_ROWS: per renderer) for up to LINEAR_TOKENS_CPU
+    tokens, so a weight block is decoded once for all of them and x read once for all rows; the
+    weight (and, with several tokens, x) is read as a uniform texel buffer where the device allows
+    one that large: lavapipe runs a storage-buffer load inside a loop as a loop over the SIMD
+    lanes, a texel fetch as one gather (glsl/linear_quant.glsl; figures in benchmarks/gemv.py). On GPUs an invocation computes one
     row. ``residual`` is added to y; with ``up`` (a second weight of w's format and shape, within
     one binding) y is silu(x . w) * (x . up) (gated_linear); with ``norm`` x is RMS-normalized
     on the way in: in the same dispatch one token at a time, in one before it for tiles."""
     w = g.values[w_ref]
     cpu = CPU_KERNELS and g.device.is_cpu
     tokens = min(LINEAR_TOKENS_CPU, m) if cpu else 1
-    rows = (LINEAR_TILE_ROWS_CPU if tokens > 1 else LINEAR_ROWS_CPU) if cpu else 1
+    rows = (LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_TILE_ROWS_CPU) if tokens > 1 else LINEAR_ROWS_CPU) if cpu else 1
     local = CPU_LOCAL if cpu else LOCAL_SIZE
     if norm is not None and tokens > 1:  # tiles would normalize each token again: once, apart
         x, norm = _normed(g, x, norm), None
