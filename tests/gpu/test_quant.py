@@ -289,6 +289,26 @@ def test_planes_larger_than_a_binding_are_refused(device, compiler):
             ops.embedding(g, g.add_input((2,), np.int32, "ids"), w)
 
 
+def test_one_token_linears_read_storage_where_that_runs_faster(device, compiler):
+    """On the renderers in GEMV_STORAGE_RENDERERS (SwiftShader) a one-token linear reads its
+    weight from a storage buffer, a tile of tokens still as texels; elsewhere both as texels."""
+    if not device.is_cpu:
+        pytest.skip("texel reads are the CPU renderers' layout")
+    raw, deq = quantized("q4_1", 40, 96, 1)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        w = g.add_tensorref(raw, "w", quant="q4_1")
+        for m in (1, 9):
+            g.set_output(ops.linear(g, g.add_input((m, 96), np.float32, f"x{m}"), w), f"y{m}")
+        texel = {nd.defines["TOKENS"] > 1: nd.defines["TEXEL"] for nd in g.execute_nodes if nd.shader == "linear_quant"}
+        xs = {m: np.random.default_rng(m).standard_normal((m, 96)).astype(np.float32) for m in (1, 9)}
+        g.run_prepack()
+        out = g.execute({f"x{m}": x for m, x in xs.items()})
+    assert texel == {False: int(device.renderer not in ops.GEMV_STORAGE_RENDERERS), True: 1}
+    for m, x in xs.items():
+        ref = x.astype(np.float64) @ deq.T
+        assert np.abs(out[f"y{m}"] - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("m", [1, 9])
 @pytest.mark.parametrize("reads", ["word-heads", "picked-heads", "storage"])
@@ -301,6 +321,7 @@ def test_planes_each_way_they_are_read(device, compiler, monkeypatch, fmt, m, re
         pytest.skip("planes are the CPU renderers' layout")
     texel_ok = ops._texel_ok
     refuse = {"word-heads": (), "picked-heads": (4,), "storage": (4, 16)}[reads]
+    monkeypatch.setattr(ops, "GEMV_STORAGE_RENDERERS", set())  # every way, on every renderer
     monkeypatch.setattr(ops, "_texel_ok", lambda g, b, n, size: size not in refuse and texel_ok(g, b, n, size))
     (raw, deq), (raw_u, deq_u) = quantized(fmt, 40, 96, m), quantized(fmt, 40, 96, m + 1)
     x = np.random.default_rng(m).standard_normal((m, 96)).astype(np.float32)

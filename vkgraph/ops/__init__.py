@@ -44,6 +44,10 @@ LINEAR_TILE_ROWS = {"swiftshader": 4}
 #: keeps it in memory (linear_4x4 7.5 s, tiled 11.3 s; a layer's linears at 32 tokens, unrolled:
 #: 123 ms against 69)
 TILED_LINEAR_RENDERERS = {"lavapipe"}
+#: CPU renderers whose one-token linears read the weight from a storage buffer, not a texel buffer
+#: (SwiftShader, SmolLM2 decode step in one process: 99.2 -> 87.6 ms; its tiles keep the texels:
+#: without any, a 64-token batch 1.49 -> 2.33 s)
+GEMV_STORAGE_RENDERERS = {"swiftshader"}
 #: False: the GPU kernels everywhere, also on CPU renderers (tests run both; benchmarks/gemv.py
 #: compares the two): the linears' layouts (_linear_quant, _linear_tiled), the norms (_norm) and
 #: attention (sdpa)
@@ -323,7 +327,8 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     fmt, planes = QUANT_LAYOUTS[w.layout], w.layout != QUANT_LAYOUTS[w.layout]
     word = "rgba32ui" if planes else "r32ui"  # the weight's texels: 16 bytes of a block's quants, or a word
     for r0, r1, wb in _one_window(g, w_ref, n, "linear"):
-        texel = cpu and _texel_ok(g, wb, w.nbytes, 16 if planes else 4)
+        texel = cpu and _texel_ok(g, wb, w.nbytes, 16 if planes else 4) and not (
+            tokens == 1 and g.device.renderer in GEMV_STORAGE_RENDERERS)
         work = -(-(r1 - r0) // rows) * -(-m // tokens)
         args = [y, x, wb, *extra, *([up] if up is not None else []), *([gamma] if gamma is not None else [])]
         # planes' heads also through a word view of the same buffer where the device takes one
