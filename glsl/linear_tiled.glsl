@@ -78,8 +78,7 @@ layout(set = 0, binding = 3 + HAS_BIAS) readonly buffer Res { YTYPE res[]; };
 #define BLOCK(n4, k4) ((min(n4, N4 - 1u) * k4s + (k4)) * 4u)
 
 #if TOKENS == 1
-// One token at a time (GEMV): kept apart from the tiled form, whose small 2-D tile
-// SwiftShader's compiler keeps in memory.
+// One token at a time (GEMV): kept apart from the tiled form.
 void main() {
     uint k4s = K / 4u;
     uint N4 = (N + 3u) / 4u;
@@ -122,15 +121,16 @@ void main() {
         [[unroll]] for (uint a = 0u; a < R4 * 4u * TOKENS; ++a) acc[a] = 0.0;
         for (uint k4 = 0u; k4 < k4s; ++k4) {
             vec4 xv[TOKENS];
-            for (uint t = 0u; t < TOKENS; ++t) xv[t] = X4(min(m0 + t, M - 1u) * k4s + k4);
+            [[unroll]] for (uint t = 0u; t < TOKENS; ++t) xv[t] = X4(min(m0 + t, M - 1u) * k4s + k4);
             // unrolled, the accumulators' indices are constants: rolled, lavapipe updated them lane
-            // by lane (a MiniLM layer's six linears at 32 tokens: 6.3 GPU ms against 17.8;
-            // SwiftShader 123 against 125 ms, still slower than linear_4x4.glsl's 69)
+            // by lane (a MiniLM layer's six linears at 32 tokens: 6.3 GPU ms against 17.8).
+            // SwiftShader keeps an array indexed inside a loop in memory, so the token loops are
+            // unrolled too (its MiniLM at batch 1: 13 sentences/s with linear_4x4.glsl, 47 so)
             [[unroll]] for (uint r = 0u; r < R4; ++r) {
                 uint blk = BLOCK(first + r, k4);
                 mat4 wm = transpose(mat4(W4(blk), W4(blk + 1u), W4(blk + 2u), W4(blk + 3u)));
-                for (uint c = 0u; c < 4u; ++c) {
-                    for (uint t = 0u; t < TOKENS; ++t) acc[(r * 4u + c) * TOKENS + t] += dot(wm[c], xv[t]);
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                    [[unroll]] for (uint t = 0u; t < TOKENS; ++t) acc[(r * 4u + c) * TOKENS + t] += dot(wm[c], xv[t]);
                 }
             }
         }

@@ -33,17 +33,18 @@ LINEAR_TOKENS_CPU = 8
 #: (16.8) for 3 layers (16 rows rolled 16.6, 32 unrolled 15.9); SwiftShader within 3%. The
 #: unrolled loop costs at pipeline creation: SmolLM2's 7 linear pipelines 229-254 ms against 130.
 LINEAR_TILE_ROWS_CPU = 16
-#: renderers whose tiles take fewer rows: SwiftShader's compile time grows with the unrolled tile
-#: (SmolLM2's session, its pipelines made: 18 s at 16 rows, 6.4 s at 8, 3.2-3.9 s at 4, against
-#: 2.9 s before the tiles' token loops were unrolled; its 64-token prefill batch 1.33, 1.46 and
-#: 1.71 s, against 6.8 s)
+#: renderers whose tiles (quantized and fp32) take fewer rows: SwiftShader's compile time grows
+#: with the unrolled tile (SmolLM2's session, its pipelines made: 18 s at 16 rows, 6.4 s at 8,
+#: 3.2-3.9 s at 4, against 2.9 s before the tiles' token loops were unrolled; its 64-token prefill
+#: batch 1.33, 1.46 and 1.71 s, against 6.8 s; `bench embed` of MiniLM 7.9 s at 16 rows, 5.7 at
+#: 8, 5.1 at 4, batch 1 at 41, 51 and 47 sentences/s)
 LINEAR_TILE_ROWS = {"swiftshader": 4}
-#: CPU renderers whose shader compiler keeps the fp32 linear's tile in registers, so it runs
-#: glsl/linear_tiled.glsl there (lavapipe, MiniLM at 32 sentences: linear_4x4 16.1 s,
-#: tiled 0.5-0.9 s, and about 3x faster again since its rows loop is unrolled); SwiftShader's
-#: keeps it in memory (linear_4x4 7.5 s, tiled 11.3 s; a layer's linears at 32 tokens, unrolled:
-#: 123 ms against 69)
-TILED_LINEAR_RENDERERS = {"lavapipe"}
+#: CPU renderers that run the fp32 linear as glsl/linear_tiled.glsl (lavapipe, MiniLM at 32
+#: sentences: linear_4x4 16.1 s, tiled 0.5-0.9 s, and about 3x faster again since its rows loop
+#: is unrolled; SwiftShader, once its token loops were unrolled too: `bench embed` 13.0 -> 46.9
+#: sentences/s at batch 1, 10.1 -> 36.8 at 32; fp32 linears of MiniLM's three shapes at one
+#: token 1.63 -> 1.19 ms)
+TILED_LINEAR_RENDERERS = {"lavapipe", "swiftshader"}
 #: CPU renderers whose one-token linears read the weight from a storage buffer, not a texel buffer
 #: (SwiftShader, SmolLM2 decode step in one process: 99.2 -> 87.6 ms; its tiles keep the texels:
 #: without any, a 64-token batch 1.49 -> 2.33 s)
@@ -281,20 +282,22 @@ def _linear_groups(g: ComputeGraph, tokens: int, work: int, local: int) -> tuple
 def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
                   bias: list[ValueRef], residual: ValueRef | None, act: str) -> None:
     """The dispatches of an fp32 linear on CPU renderers, one per window of weight rows
-    (glsl/linear_tiled.glsl): LINEAR_ROWS_CPU rows for up to LINEAR_TOKENS_CPU tokens per
-    invocation, the 4x4-packed weight and x read as RGBA32F texels where the device allows."""
+    (glsl/linear_tiled.glsl): LINEAR_ROWS_CPU rows (tiles: LINEAR_TILE_ROWS per renderer) for up
+    to LINEAR_TOKENS_CPU tokens per invocation, the 4x4-packed weight and x read as RGBA32F texels
+    where the device allows."""
     x_texel = _texel_ok(g, x, m * k * 4, 16)
     extra = bias + ([_buffer(g, residual, "linear residual")[0]] if residual is not None else [])
     tokens = min(LINEAR_TOKENS_CPU, m)
+    rows = LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_ROWS_CPU) if tokens > 1 else LINEAR_ROWS_CPU
     for r0, r1, wb in _row_windows(g, w_ref, n, unit=4):
         texel = _texel_ok(g, wb, g.values[w_ref].nbytes, 16)
-        work = -(-(r1 - r0) // LINEAR_ROWS_CPU) * -(-m // tokens)
+        work = -(-(r1 - r0) // rows) * -(-m // tokens)
         g.add_dispatch(DispatchNode("linear_tiled", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
                                     {0: CPU_LOCAL}, _linear_groups(g, tokens, work, CPU_LOCAL),
-                                    {"R4": LINEAR_ROWS_CPU // 4, "TOKENS": tokens, "TEXEL": int(texel),
+                                    {"R4": rows // 4, "TOKENS": tokens, "TEXEL": int(texel),
                                      "X_TEXEL": int(x_texel), "HAS_BIAS": len(bias),
                                      "RESIDUAL": int(residual is not None), "ACT": 1 + UNARY_OPS[act] if act else 0,
-                                     "Y4": _stores_vec4(tokens, LINEAR_ROWS_CPU, n, r0, r1)},
+                                     "Y4": _stores_vec4(tokens, rows, n, r0, r1)},
                                     texels=({1: "rgba32f"} if x_texel else {}) | ({2: "rgba32f"} if texel else {}),
                                     weight_passes=-(-m // tokens), linear_shape=(m, r1 - r0, k), invocations=work))
 
