@@ -309,8 +309,9 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     LINEAR_TILE_ROWS_CPU rows (LINEAR_TILE_ROWS: per renderer) for up to LINEAR_TOKENS_CPU
     tokens, so a weight block is decoded once for all of them and x read once for all rows; the
     weight (and, with several tokens, x) is read as a uniform texel buffer where the device allows
-    one that large: lavapipe runs a storage-buffer load inside a loop as a loop over the SIMD
-    lanes, a texel fetch as one gather (glsl/linear_quant.glsl; figures in benchmarks/gemv.py). On GPUs an invocation computes one
+    one that large (a one-token linear's weight not on GEMV_STORAGE_RENDERERS): lavapipe runs a
+    storage-buffer load inside a loop as a loop over the SIMD lanes, a texel fetch as one gather
+    (glsl/linear_quant.glsl; figures in benchmarks/gemv.py). On GPUs an invocation computes one
     row. ``residual`` is added to y; with ``up`` (a second weight of w's format and shape, within
     one binding) y is silu(x . w) * (x . up) (gated_linear); with ``norm`` x is RMS-normalized
     on the way in: in the same dispatch one token at a time, in one before it for tiles."""
