@@ -289,11 +289,12 @@ def test_planes_larger_than_a_binding_are_refused(device, compiler):
             ops.embedding(g, g.add_input((2,), np.int32, "ids"), w)
 
 
-def test_one_token_linears_read_storage_where_that_runs_faster(device, compiler):
-    """On the renderers in GEMV_STORAGE_RENDERERS (SwiftShader) a one-token linear reads its
-    weight from a storage buffer, a tile of tokens still as texels; elsewhere both as texels."""
-    if not device.is_cpu:
-        pytest.skip("texel reads are the CPU renderers' layout")
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
+def test_one_token_linears_read_storage_where_that_runs_faster(device, compiler, monkeypatch, cpu_kernels):
+    """CPU renderers' layout: on the renderers in GEMV_STORAGE_RENDERERS (SwiftShader) a one-token
+    linear reads its weight from a storage buffer, a tile of tokens still as texels; on the
+    others both as texels. The GPU layout (a row per invocation) reads storage buffers only."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     raw, deq = quantized("q4_1", 40, 96, 1)
     with ComputeGraph(device=device, compiler=compiler) as g:
         w = g.add_tensorref(raw, "w", quant="q4_1")
@@ -303,7 +304,10 @@ def test_one_token_linears_read_storage_where_that_runs_faster(device, compiler)
         xs = {m: np.random.default_rng(m).standard_normal((m, 96)).astype(np.float32) for m in (1, 9)}
         g.run_prepack()
         out = g.execute({f"x{m}": x for m, x in xs.items()})
-    assert texel == {False: int(device.renderer not in ops.GEMV_STORAGE_RENDERERS), True: 1}
+    if cpu_kernels and device.is_cpu:
+        assert texel == {False: int(device.renderer not in ops.GEMV_STORAGE_RENDERERS), True: 1}
+    else:
+        assert texel == {False: 0}
     for m, x in xs.items():
         ref = x.astype(np.float64) @ deq.T
         assert np.abs(out[f"y{m}"] - ref).max() <= 1e-4 * np.abs(ref).max()
