@@ -12,20 +12,9 @@ import argparse
 import struct
 from contextlib import ExitStack
 
-from vkgraph.runtime import (
-    Buffer,
-    ComputePipeline,
-    DescriptorPool,
-    DescriptorSetLayout,
-    DescriptorType,
-    Device,
-    OneShot,
-    PipelineLayout,
-    ShaderModule,
-    Stage,
-    TimestampQueryPool,
-)
+from vkgraph.runtime import Buffer, Device, OneShot, Stage, TimestampQueryPool
 from vkgraph.shaders import default_compiler
+from vkgraph.tools.smoke import storage_kernel
 
 SOURCE = """#version 450
 #extension GL_EXT_control_flow_attributes : require
@@ -82,13 +71,7 @@ def seconds(device: Device, mode: int, invocations: int, iters: int, local: int,
         own = stack.enter_context
         y = own(Buffer(device, invocations * 4, name="y"))
         x = own(Buffer(device, 1024 * 4, name="x"))
-        set_layout = own(DescriptorSetLayout(device, [DescriptorType.STORAGE_BUFFER] * 2))
-        pool = own(DescriptorPool.for_layouts(device, [set_layout]))
-        dset = pool.allocate(set_layout)
-        dset.bind_buffers({0: y, 1: x})
-        layout = own(PipelineLayout(device, [set_layout], push_constant_nbytes=4))
-        module = own(ShaderModule(device, spirv, "mac_peak"))
-        pipeline = own(ComputePipeline(device, layout, module, {0: local}))
+        layout, dset, pipeline = storage_kernel(stack, device, spirv, "mac_peak", [y, x], 4, {0: local})
         queries = own(TimestampQueryPool(device, 2))
         best = float("inf")
         for _ in range(repeat):

@@ -12,6 +12,7 @@ from ..runtime import (
     Buffer,
     ComputePipeline,
     DescriptorPool,
+    DescriptorSet,
     DescriptorSetLayout,
     DescriptorType,
     Device,
@@ -24,6 +25,21 @@ from ..runtime import (
     TimestampQueryPool,
 )
 from ..shaders import SpirvCompiler, default_compiler
+
+
+def storage_kernel(stack: ExitStack, device: Device, spirv: bytes, name: str, buffers: list[Buffer],
+                   push_nbytes: int, spec: dict[int, int | float | bool],
+                   cache: PipelineCache | None = None) -> tuple[PipelineLayout, DescriptorSet, ComputePipeline]:
+    """A compute pipeline whose bindings 0..n-1 are ``buffers`` as storage buffers, and its bound
+    descriptor set: (pipeline layout, set, pipeline), every object owned by ``stack``."""
+    own = stack.enter_context
+    set_layout = own(DescriptorSetLayout(device, [DescriptorType.STORAGE_BUFFER] * len(buffers)))
+    pool = own(DescriptorPool.for_layouts(device, [set_layout]))
+    dset = pool.allocate(set_layout)
+    dset.bind_buffers(dict(enumerate(buffers)))
+    layout = own(PipelineLayout(device, [set_layout], push_constant_nbytes=push_nbytes))
+    module = own(ShaderModule(device, spirv, name))
+    return layout, dset, own(ComputePipeline(device, layout, module, spec, cache=cache))
 
 
 @dataclass
@@ -65,13 +81,8 @@ def axpby(
             readback = own(Buffer(device, y.nbytes, MemoryKind.READBACK, name="y readback"))
             sx.write(x)
             sy.write(y)
-        set_layout = own(DescriptorSetLayout(device, [DescriptorType.STORAGE_BUFFER] * 2))
-        pool = own(DescriptorPool.for_layouts(device, [set_layout]))
-        dset = pool.allocate(set_layout)
-        dset.bind_buffers({0: bx, 1: by})
-        layout = own(PipelineLayout(device, [set_layout], push_constant_nbytes=8))
-        module = own(ShaderModule(device, spirv, "axpby"))
-        pipeline = own(ComputePipeline(device, layout, module, {0: local_size, 1: float(beta)}, cache=pipeline_cache))
+        layout, dset, pipeline = storage_kernel(stack, device, spirv, "axpby", [bx, by], 8,
+                                                {0: local_size, 1: float(beta)}, pipeline_cache)
         queries = own(TimestampQueryPool(device, 2)) if device.physical.timestamps_supported else None
 
         with OneShot(device) as cmd:
