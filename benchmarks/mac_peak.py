@@ -95,18 +95,21 @@ def main() -> int:
     ap.add_argument("--device", default=None, help="renderer (lavapipe, swiftshader) or device-name substring")
     ap.add_argument("--invocations", type=int, default=16384)
     ap.add_argument("--iters", type=int, default=2000)
-    ap.add_argument("--local", type=int, default=8, help="workgroup size (8: a CPU renderer's SIMD group)")
+    ap.add_argument("--local", type=int, default=None,
+                    help="workgroup size (default: ops' on a CPU renderer, one SIMD group: 8, or lavapipe's 16 at 512 bits)")
     args = ap.parse_args()
     with Device(prefer=args.device) as device:
         if not device.physical.timestamps_supported:
             print(f"{device.physical.name}: no timestamp queries")
             return 1
-        print(f"{device.physical.name}, {args.invocations} invocations x {args.iters} iterations x 32 accumulators\n")
+        local = args.local or max(8, device.simd_width)
+        print(f"{device.physical.name}, {args.invocations} invocations x {args.iters} iterations x 32 accumulators, "
+              f"workgroups of {local}\n")
         print("| arithmetic | GPU ms | G terms/s | G multiply-adds/s |")
         print("|---|---|---|---|")
         terms = args.invocations * args.iters * 32
         for mode, (name, per_term) in MODES.items():
-            sec = seconds(device, mode, args.invocations, args.iters, args.local)
+            sec = seconds(device, mode, args.invocations, args.iters, local)
             print(f"| {name} | {sec * 1e3:.1f} | {terms / sec / 1e9:.1f} | {terms * per_term / sec / 1e9:.1f} |")
     return 0
 

@@ -12,6 +12,16 @@
 
 layout(local_size_x_id = 0) in;
 
+#if QUAD
+// QUAD (GGML's normal mode, Dh a multiple of 4; ops.rope_kv): an invocation per two neighbouring
+// pairs, four values read as one RGBA32F texel and written as a vec4 (lavapipe stores lane by
+// lane, a vector's components in one pass), their two (cos, sin) one RGBA32F texel of the table.
+layout(set = 0, binding = 0) writeonly buffer Out { vec4 qout4[]; };
+layout(set = 0, binding = 1) uniform samplerBuffer qkvt;
+layout(set = 0, binding = 3) uniform samplerBuffer tablet;
+layout(set = 0, binding = 4) writeonly buffer KCache { vec4 kc4[]; };
+layout(set = 0, binding = 5) writeonly buffer VCache { vec4 vc4[]; };
+#else
 layout(set = 0, binding = 0) writeonly buffer Out { float qout[]; };
 #if TEXEL
 layout(set = 0, binding = 1) uniform samplerBuffer qkvt;
@@ -23,9 +33,10 @@ layout(set = 0, binding = 1) readonly buffer QKV { float qkv[]; };
 layout(set = 0, binding = 3) readonly buffer Table { vec2 table[]; };
 #define QKV(i) qkv[i]
 #endif
-layout(set = 0, binding = 2) readonly buffer Step { uint step[]; };
 layout(set = 0, binding = 4) writeonly buffer KCache { float kc[]; };
 layout(set = 0, binding = 5) writeonly buffer VCache { float vc[]; };
+#endif
+layout(set = 0, binding = 2) readonly buffer Step { uint step[]; };
 
 layout(push_constant) uniform Params {
     uint T;
@@ -34,7 +45,9 @@ layout(push_constant) uniform Params {
 };
 
 #include "grid.h"
+#if !QUAD
 #include "rope_pair.h"
+#endif
 #ifndef HEADS  // ops.rope_kv sets all three
 #define HEADS 1
 #define KV_HEADS 1
@@ -47,6 +60,38 @@ layout(push_constant) uniform Params {
 #define KH uint(KV_HEADS)
 #define Dh uint(HEAD_DIM)
 
+#if QUAD
+// Quad j of a head (its pairs 2j and 2j + 1) of token t, rotated at position step[0] + t.
+vec4 rotate4(vec4 x, uint t, uint j) {
+    vec4 cs = texelFetch(tablet, int(min(step[0] + t, P - 1u) * (Dh / 4u) + j));
+    return vec4(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x, x.z * cs.z - x.w * cs.w, x.z * cs.w + x.w * cs.z);
+}
+
+void main() {
+    uint w = KH * Dh / 4u;  // a cache row, in quads
+    uint qw = H * Dh / 4u;
+    uint ld = qw + 2u * w;  // a row of qkv
+    uint qn = T * qw, kn = T * w;
+    uint o = GRID_ITEM;
+    if (o < qn) {
+        uint t = o / qw, e = o % qw;
+        qout4[o] = rotate4(texelFetch(qkvt, int(t * ld + e)), t, e % (Dh / 4u));
+    } else if (o < qn + 2u * kn) {
+        bool k = o < qn + kn;
+        uint c = o - qn - (k ? 0u : kn);  // quad c of the k (or v) columns
+        uint t = c / w, e = c % w;
+        uint row = step[0] + t;
+        if (row < rows) {
+            vec4 x = texelFetch(qkvt, int(t * ld + qw + (k ? 0u : w) + e));
+            if (k) {
+                kc4[row * w + e] = rotate4(x, t, e % (Dh / 4u));
+            } else {
+                vc4[row * w + e] = x;
+            }
+        }
+    }
+}
+#else
 void main() {
     uint half_ = Dh / 2u;
     uint qp = T * H * half_;
@@ -85,3 +130,4 @@ void main() {
         }
     }
 }
+#endif

@@ -39,42 +39,61 @@ layout(set = 0, binding = 5) readonly buffer Step { uint step[]; };
 #include "sdpa_params.h"
 
 #define D4 (DH / 4)
+// GROUP: query heads per invocation, sharing one key/value head (H / Hkv of them, or 1): each key
+// and value row is fetched once for the group (a batched prompt; one token's few heads stay one
+// per invocation, where a fetch costs the same for the whole SIMD group either way).
+#ifndef GROUP
+#define GROUP 1
+#endif
 
 void main() {
     uint group = H / Hkv;
+    uint per_query = H / GROUP;  // invocations per query
 #if DYNAMIC_POS
     uint pos0 = step[0];
 #else
     uint pos0 = q_pos0;
 #endif
-    for (uint row = gl_GlobalInvocationID.x; row < B * T * H; row += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
-        uint b = row / (T * H);
-        uint i = (row / H) % T;
-        uint h = row % H;
-        uint q_base = ((b * T + i) * H + h) * D4;
+    for (uint row = gl_GlobalInvocationID.x; row < B * T * per_query; row += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
+        uint b = row / (T * per_query);
+        uint i = (row / per_query) % T;
+        uint h0 = (row % per_query) * GROUP;
+        uint q_base = ((b * T + i) * H + h0) * D4;  // head h0 + g at q_base + g * D4
         uint kv_stride = Hkv * D4;
-        uint kv_base = b * S * kv_stride + (h / group) * D4;
-        vec4 q[D4];
-        [[unroll]] for (uint d = 0u; d < D4; ++d) q[d] = Q4(q_base + d) * scale;
-        vec4 acc[D4];
-        [[unroll]] for (uint d = 0u; d < D4; ++d) acc[d] = vec4(0.0);
-        float m = -3.4e38;
-        float l = 0.0;
+        uint kv_base = b * S * kv_stride + (h0 / group) * D4;
+        vec4 q[GROUP * D4];
+        [[unroll]] for (uint d = 0u; d < GROUP * D4; ++d) q[d] = Q4(q_base + d) * scale;
+        vec4 acc[GROUP * D4];
+        [[unroll]] for (uint d = 0u; d < GROUP * D4; ++d) acc[d] = vec4(0.0);
+        float m[GROUP], l[GROUP];
+        [[unroll]] for (uint g = 0u; g < GROUP; ++g) { m[g] = -3.4e38; l[g] = 0.0; }
         uint last = causal != 0u ? min(S, pos0 + i + 1u) : S;
         for (uint j = 0u; j < last; ++j) {
             if (key_mask[b * S + j] == 0.0) continue;
             uint kb = kv_base + j * kv_stride;
-            vec4 s4 = vec4(0.0);
-            [[unroll]] for (uint d = 0u; d < D4; ++d) s4 += q[d] * K4(kb + d);
-            float s = s4.x + s4.y + s4.z + s4.w;
-            float m_new = max(m, s);
-            float c = exp(m - m_new);  // rescales what was summed so far
-            float p = exp(s - m_new);
-            l = l * c + p;
-            [[unroll]] for (uint d = 0u; d < D4; ++d) acc[d] = acc[d] * c + p * V4(kb + d);
-            m = m_new;
+            vec4 s4[GROUP];
+            [[unroll]] for (uint g = 0u; g < GROUP; ++g) s4[g] = vec4(0.0);
+            [[unroll]] for (uint d = 0u; d < D4; ++d) {
+                vec4 kd = K4(kb + d);
+                [[unroll]] for (uint g = 0u; g < GROUP; ++g) s4[g] += q[g * D4 + d] * kd;
+            }
+            float c[GROUP], p[GROUP];
+            [[unroll]] for (uint g = 0u; g < GROUP; ++g) {
+                float s = s4[g].x + s4[g].y + s4[g].z + s4[g].w;
+                float m_new = max(m[g], s);
+                c[g] = exp(m[g] - m_new);  // rescales what was summed so far
+                p[g] = exp(s - m_new);
+                l[g] = l[g] * c[g] + p[g];
+                m[g] = m_new;
+            }
+            [[unroll]] for (uint d = 0u; d < D4; ++d) {
+                vec4 vd = V4(kb + d);
+                [[unroll]] for (uint g = 0u; g < GROUP; ++g) acc[g * D4 + d] = acc[g * D4 + d] * c[g] + p[g] * vd;
+            }
         }
-        float inv = l > 0.0 ? 1.0 / l : 0.0;  // a fully masked row gives zeros
-        [[unroll]] for (uint d = 0u; d < D4; ++d) outv[q_base + d] = acc[d] * inv;
+        [[unroll]] for (uint g = 0u; g < GROUP; ++g) {
+            float inv = l[g] > 0.0 ? 1.0 / l[g] : 0.0;  // a fully masked row gives zeros
+            [[unroll]] for (uint d = 0u; d < D4; ++d) outv[q_base + g * D4 + d] = acc[g * D4 + d] * inv;
+        }
     }
 }

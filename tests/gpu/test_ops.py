@@ -272,12 +272,14 @@ def sdpa_reference(q, k, v, batch, heads, kv_heads, mask, causal, q_pos0):
 @pytest.mark.parametrize(
     "batch,t,s,heads,kv_heads,dh,causal,q_pos0,pad",
     [(1, 5, 5, 1, 1, 8, False, 0, 0), (2, 7, 7, 12, 12, 32, False, 0, 3), (1, 9, 9, 9, 3, 64, True, 0, 0),
-     (1, 1, 13, 9, 3, 64, True, 12, 0), (1, 4, 10, 4, 2, 16, True, 6, 0), (3, 3, 70, 2, 1, 5, False, 0, 1)],
+     (1, 1, 13, 9, 3, 64, True, 12, 0), (1, 4, 10, 4, 2, 16, True, 6, 0), (3, 3, 70, 2, 1, 5, False, 0, 1),
+     (2, 6, 8, 8, 2, 16, False, 0, 2)],
 )
 @CPU_KERNELS
 def test_sdpa(device, compiler, monkeypatch, batch, t, s, heads, kv_heads, dh, causal, q_pos0, pad, cpu_kernels):
-    """Both attention kernels (on CPU renderers: a query row per invocation, one pass; on GPUs a
-    workgroup per row) against numpy."""
+    """Both attention kernels (on CPU renderers: a query row per invocation, one pass, a batch's
+    heads that share a key/value head in one invocation; on GPUs a workgroup per row) against
+    numpy."""
     monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     rng = rng_for(batch, t, s, heads, kv_heads, dh, q_pos0)
     q = rng.standard_normal((batch * t, heads * dh)).astype(np.float32)
@@ -339,7 +341,8 @@ def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, monkeypatch, 
     """rope_kv is rope(q), rope(k) into the k cache and v into the v cache at rows step[0]..:
     two executes fill rows 0..t-1 and 4..4+t-1 of 6 (rows past the end dropped); the rest of
     each cache keeps what was there. On CPU renderers qkv and the table are read as texels. An
-    invocation per pair: past a limit of ``max_groups`` workgroups in x, on further rows."""
+    invocation per pair (on CPU renderers two, as vec4s, in normal mode with Dh a multiple of 4):
+    past a limit of ``max_groups`` workgroups in x, on further rows."""
     monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     rows = 6
     rng = rng_for(t, heads, kv_heads, dh)
@@ -358,7 +361,9 @@ def test_rope_kv_rotates_q_and_writes_the_caches(device, compiler, monkeypatch, 
         g.set_output(vc, "vc")
         assert len(g.execute_nodes) == 1
         assert set(g.execute_nodes[0].texels) == ({1, 3} if cpu_kernels and device.is_cpu else set())
-        work, (x, y, _) = t * (heads + 2 * kv_heads) * dh // 2, g.execute_nodes[0].groups
+        quad = cpu_kernels and device.is_cpu and not neox and dh % 4 == 0
+        assert g.execute_nodes[0].defines["QUAD"] == int(quad)
+        work, (x, y, _) = t * (heads + 2 * kv_heads) * dh // (4 if quad else 2), g.execute_nodes[0].groups
         assert x * y * ops.LOCAL_SIZE >= work and (y > 1) == bool(max_groups and 2 * ops.LOCAL_SIZE < work)
         g.run_prepack()
         kexp, vexp = kc0.copy(), vc0.copy()

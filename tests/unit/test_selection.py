@@ -88,3 +88,36 @@ def test_is_icd_path():
     assert is_icd_path("lvp_icd.x86_64.json")
     assert is_icd_path("/opt/icd/vk_swiftshader_icd.json")
     assert not is_icd_path("llvmpipe")
+
+
+def test_lavapipe_runs_512_bits_wide_on_avx512_hosts_unless_the_user_says(monkeypatch, tmp_path):
+    """On an AVX-512 host vkgraph sets LP_NATIVE_VECTOR_WIDTH=512 and gives those shaders a Mesa
+    cache of their own; a width, cache directory or disabled cache the user set stays as set, and
+    a host without AVX-512 is left alone."""
+    from vkgraph.runtime import instance
+
+    keys = ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DIR", "MESA_GLSL_CACHE_DIR", "MESA_SHADER_CACHE_DISABLE")
+    for k in keys:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("VKGRAPH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(instance, "_host_has_avx512", lambda: True)
+    instance.configure_lavapipe()
+    assert instance.os.environ["LP_NATIVE_VECTOR_WIDTH"] == "512"
+    assert instance.os.environ["MESA_SHADER_CACHE_DIR"] == str(tmp_path / "mesa-lavapipe-512")
+
+    monkeypatch.setenv("LP_NATIVE_VECTOR_WIDTH", "256")
+    monkeypatch.setenv("MESA_SHADER_CACHE_DIR", "/elsewhere")
+    instance.configure_lavapipe()
+    assert (instance.os.environ["LP_NATIVE_VECTOR_WIDTH"], instance.os.environ["MESA_SHADER_CACHE_DIR"]) == ("256", "/elsewhere")
+
+    monkeypatch.delenv("LP_NATIVE_VECTOR_WIDTH")
+    monkeypatch.delenv("MESA_SHADER_CACHE_DIR")
+    monkeypatch.setenv("MESA_SHADER_CACHE_DISABLE", "true")
+    instance.configure_lavapipe()
+    assert instance.os.environ["LP_NATIVE_VECTOR_WIDTH"] == "512" and "MESA_SHADER_CACHE_DIR" not in instance.os.environ
+
+    for k in keys:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(instance, "_host_has_avx512", lambda: False)
+    instance.configure_lavapipe()
+    assert not any(k in instance.os.environ for k in keys)

@@ -45,7 +45,7 @@ def test_a_linear_on_a_cpu_renderer_is_priced_in_whole_waves_of_simd_batches():
     on a GPU (threads 0) nothing is scaled."""
     import numpy as np
 
-    profile = dataclasses.replace(PROFILE, execute=RATES)
+    profile = dataclasses.replace(PROFILE, execute=RATES, simd_width=8)  # lavapipe at 256 bits
     g = ComputeGraph.recording(facts=device_facts(profile))
     x = g.add_input((1, 256), np.float32, "x")
     for rows in (576, 512):
@@ -82,18 +82,20 @@ def test_decode_prediction_follows_the_session():
 def test_attention_is_priced_by_the_keys_its_queries_see():
     """Hand-worked: attention costs attention_key_ns per query row (a head of a token) and key it
     sees, in whole waves on a CPU renderer: 9 heads of one token are 2 SIMD batches of 8, one
-    wave on 2 threads, priced as 16 rows; so a longer context decodes and prefills slower."""
+    wave on 2 threads, priced as 16 rows (at 16 lanes, lavapipe at 512 bits: one batch, one wave
+    of two batches' time, 32 rows); so a longer context decodes and prefills slower."""
     import numpy as np
 
     rates = dataclasses.replace(RATES, threads=2, attention_key_s=1e-8)
-    profile = dataclasses.replace(PROFILE, execute=rates)
-    g = ComputeGraph.recording(facts=device_facts(profile))
-    q = g.add_input((1, 9 * 8), np.float32, "q")
-    k, v = (g.add_tensor((16, 3 * 8), np.float32, n) for n in "kv")
-    ops.sdpa(g, q, k, v, heads=9, kv_heads=3, causal=True, step=g.add_input((2,), np.uint32, "step"))
-    (attn,) = g.execute_nodes
-    assert attn.key_rows == 9 and attn.invocations == 9
-    assert dispatch_seconds(g, attn, rates, 10) - dispatch_seconds(g, attn, rates) == pytest.approx(16 * 10 * 1e-8)
+    for simd, rows in ((8, 16), (16, 32)):
+        profile = dataclasses.replace(PROFILE, execute=rates, simd_width=simd)
+        g = ComputeGraph.recording(facts=device_facts(profile))
+        q = g.add_input((1, 9 * 8), np.float32, "q")
+        k, v = (g.add_tensor((16, 3 * 8), np.float32, n) for n in "kv")
+        ops.sdpa(g, q, k, v, heads=9, kv_heads=3, causal=True, step=g.add_input((2,), np.uint32, "step"))
+        (attn,) = g.execute_nodes
+        assert attn.key_rows == 9 and attn.invocations == 9 and attn.spec[0] == simd
+        assert dispatch_seconds(g, attn, rates, 10) - dispatch_seconds(g, attn, rates) == pytest.approx(rows * 10 * 1e-8)
     near, far = (simulate_decode("llama-3.2-1b:q4_0", PROFILE, n) for n in (64, 400))
     assert far.decode_tok_s < near.decode_tok_s and far.prefill_tok_s < near.prefill_tok_s
     assert far.step.by_kind["sdpa_rows"][0] > near.step.by_kind["sdpa_rows"][0]
@@ -146,3 +148,39 @@ def test_decode_prediction_refuses_what_it_cannot_model(tmp_path):
     p.write_text(re.sub(r"(?m)^host_us = .*$", "", text))
     with pytest.raises(ConfigError, match="execute.host_us: missing"):
         load_profile(p)
+
+
+def test_cpu_kernels_fill_the_renderers_vectors():
+    """Workgroups of a CPU renderer's SIMD width where it is wider than CPU_LOCAL (lavapipe at
+    512 bits: 16), and linears too small to fill SMALL_LINEAR_GROUPS of them take half the rows
+    per invocation (SmolLM2's one-token 576-row linear: 36 invocations of 16 rows, not 18 of 32);
+    a 64-token prompt's tiles and the output head keep theirs; at 8 lanes nothing changes."""
+    import numpy as np
+
+    for simd, local, gemv_rows in ((8, 8, 32), (16, 16, 16), (4, 8, 32)):
+        g = ComputeGraph.recording(facts=device_facts(dataclasses.replace(PROFILE, simd_width=simd)))
+        x1, x64 = g.add_input((1, 576), np.float32, "x1"), g.add_input((64, 576), np.float32, "x64")
+        w = g.add_tensorref(np.zeros((576, 18 * 20), np.uint8), "w", quant="q4_1")
+        head = g.add_tensorref(np.zeros((49152, 18 * 20), np.uint8), "head", quant="q4_1")
+        ops.linear(g, x1, w)
+        ops.linear(g, x64, w)
+        ops.linear(g, x1, head)
+        gemv, tiles, out = g.execute_nodes
+        assert {n.spec[0] for n in g.execute_nodes} == {local}
+        assert gemv.defines["ROWS"] == gemv_rows and gemv.invocations == 576 // gemv_rows
+        assert tiles.defines["ROWS"] == ops.LINEAR_TILE_ROWS_CPU and out.defines["ROWS"] == ops.LINEAR_ROWS_CPU
+
+
+def test_a_batch_attends_with_the_heads_that_share_a_key_value_head_in_one_invocation():
+    """In a batched prompt an invocation takes the query heads of one key/value head (SmolLM2: 9
+    heads over 3, so 3 invocations a token, each fetching a key once for 3 heads), priced per
+    invocation row and key; one token keeps an invocation per head."""
+    import numpy as np
+
+    for t, group in ((32, 3), (1, 1)):
+        g = ComputeGraph.recording(facts=device_facts(PROFILE))
+        q = g.add_input((t, 9 * 64), np.float32, "q")
+        k, v = (g.add_tensor((64, 3 * 64), np.float32, n) for n in "kv")
+        ops.sdpa(g, q, k, v, heads=9, kv_heads=3, causal=True, step=g.add_input((2,), np.uint32, "step"))
+        (attn,) = g.execute_nodes
+        assert attn.defines["GROUP"] == group and attn.key_rows == 9 // group and attn.invocations == t * 9 // group

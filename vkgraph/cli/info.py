@@ -45,6 +45,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  maxStorageBufferRange       {lim['maxStorageBufferRange']} ({_mib(lim['maxStorageBufferRange'])})")
         print(f"  maxMemoryAllocationSize     {lim['maxMemoryAllocationSize']} ({_mib(lim['maxMemoryAllocationSize'])})")
         print(f"  max workgroup size          {lim['maxComputeWorkGroupSize']} ({lim['maxComputeWorkGroupInvocations']} invocations)")
+        print(f"  subgroup size               {d['subgroup_size']}")
         print(f"  maxPushConstantsSize        {lim['maxPushConstantsSize']}")
         print(f"  timestamps                  {'yes' if d['timestamps'] else 'no'} (period {lim['timestampPeriod']} ns)")
         print(f"  timeline semaphores         {'yes' if d['timeline_semaphore'] else 'no'}")

@@ -33,6 +33,7 @@ class DeviceFacts:
     host_visible_device_local: bool = True
     is_cpu: bool = False
     renderer: str = ""
+    simd_width: int = 0  # a CPU renderer's vector width in invocations (Device.simd_width); 0: a GPU
     limits: dict[str, Any] = field(default_factory=lambda: {
         "minStorageBufferOffsetAlignment": 16, "maxStorageBufferRange": 2**32 - 1,
         "maxComputeWorkGroupCount": (65535, 65535, 65535), "maxImageDimension3D": 2048,

@@ -178,8 +178,9 @@ class DispatchNode:
     #: for the run model: the bytes the dispatch moves where that is not every binding whole (a
     #: key/value cache written a few rows at a time); -1: every binding whole
     moved_nbytes: int = -1
-    #: for the run model: attention's query rows per query token (its heads), each of which reads
-    #: every key the token sees; 0: not attention
+    #: for the run model: attention's kernel rows per query token (its heads, or the groups of
+    #: heads sharing a key/value head that one invocation takes), each of which reads every key
+    #: the token sees; 0: not attention
     key_rows: int = 0
 
     def tensors(self, graph: ComputeGraph) -> list[Tensor]:

@@ -19,9 +19,10 @@ from ..graph.values import (PACKED_DIM, TEXTURE_LAYOUTS, LazySource, Tensor, Ten
 from ..graph.windows import row_windows
 
 LOCAL_SIZE = 64
-#: CPU renderers' kernels: invocations per workgroup (one SIMD group of lavapipe's, so small
-#: work still spreads over the cores; a row of a norm, a query row of attention each), and the
-#: linears' tile: rows per invocation, tokens per invocation when there are several (a batched
+#: CPU renderers' kernels: invocations per workgroup, at least (the renderer's SIMD width where
+#: wider: _cpu_local; one SIMD group, so small work still spreads over the cores; a row of a norm,
+#: a query row of attention each), and the linears' tile: rows per invocation (at CPU_LOCAL
+#: invocations a workgroup: _cpu_rows), tokens per invocation when there are several (a batched
 #: prompt); see _linear_quant and _linear_tiled
 CPU_LOCAL = 8
 LINEAR_ROWS_CPU = 32
@@ -49,10 +50,42 @@ TILED_LINEAR_RENDERERS = {"lavapipe", "swiftshader"}
 #: (SwiftShader, SmolLM2 decode step in one process: 99.2 -> 87.6 ms; its tiles keep the texels:
 #: without any, a 64-token batch 1.49 -> 2.33 s)
 GEMV_STORAGE_RENDERERS = {"swiftshader"}
+#: CPU renderers whose attention in a batched prompt gives one invocation of glsl/sdpa_rows.glsl
+#: the query heads that share a key/value head, up to SDPA_GROUP_MAX of them (GROUP: each key and
+#: value row fetched once for them). lavapipe, SmolLM2's 64-token prefill in one process (3
+#: sessions each): 153.8 -> 144.2 ms median, logits identical; SwiftShader 1497.9 -> 1531.4 (2
+#: sessions each, within its noise), so it keeps a head per invocation.
+SDPA_GROUP_RENDERERS = {"lavapipe"}
+SDPA_GROUP_MAX = 4
 #: False: the GPU kernels everywhere, also on CPU renderers (tests run both; benchmarks/gemv.py
 #: compares the two): the linears' layouts (_linear_quant, _linear_tiled), the norms (_norm) and
 #: attention (sdpa)
 CPU_KERNELS = True
+
+
+def _cpu_local(g: ComputeGraph) -> int:
+    """A CPU renderer's workgroup size: CPU_LOCAL, or its SIMD width where wider (lavapipe at 512
+    bits: 16; runtime.instance.LAVAPIPE_VECTOR_BITS), so no vector runs half empty (SmolLM2's
+    64-token prefill at 512 bits took 290 ms in workgroups of 8, 147 in workgroups of 16)."""
+    return max(CPU_LOCAL, g.device.simd_width)
+
+
+#: a linear whose invocations would fill fewer workgroups than this at a CPU renderer's
+#: workgroup size takes fewer rows per invocation (_cpu_rows)
+SMALL_LINEAR_GROUPS = 4
+
+
+def _cpu_rows(g: ComputeGraph, rows: int, n: int, m: int, tokens: int) -> int:
+    """``rows`` per invocation of an ``n``-row linear over ``m`` tokens (``tokens`` an
+    invocation), as tuned for workgroups of CPU_LOCAL; where the renderer's workgroups are wider
+    and the linear would fill fewer than SMALL_LINEAR_GROUPS of them, scaled down so its
+    workgroups cover as many rows as before and the cores still share them (lavapipe at 512
+    bits: SmolLM2 decode step 31.1 ms at 32 rows, 27.9 at 16, 35.5 at 8; MiniLM `bench embed`
+    at batch 1 80 sentences/s at 32 rows, 144 at 16; at batch 32 297 at 32 and 252 at 16)."""
+    local = _cpu_local(g)
+    if local > CPU_LOCAL and -(-n // rows) * -(-m // tokens) < SMALL_LINEAR_GROUPS * local:
+        return max(4, rows * CPU_LOCAL // local)
+    return rows
 
 
 def _buffer(g: ComputeGraph, ref: ValueRef, what: str) -> tuple[ValueRef, Tensor]:
@@ -288,12 +321,14 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     x_texel = _texel_ok(g, x, m * k * 4, 16)
     extra = bias + ([_buffer(g, residual, "linear residual")[0]] if residual is not None else [])
     tokens = min(LINEAR_TOKENS_CPU, m)
-    rows = LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_ROWS_CPU) if tokens > 1 else LINEAR_ROWS_CPU
+    rows = _cpu_rows(g, LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_ROWS_CPU) if tokens > 1 else LINEAR_ROWS_CPU,
+                     n, m, tokens)
+    local = _cpu_local(g)
     for r0, r1, wb in _row_windows(g, w_ref, n, unit=4):
         texel = _texel_ok(g, wb, g.values[w_ref].nbytes, 16)
         work = -(-(r1 - r0) // rows) * -(-m // tokens)
         g.add_dispatch(DispatchNode("linear_tiled", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
-                                    {0: CPU_LOCAL}, _linear_groups(g, tokens, work, CPU_LOCAL),
+                                    {0: local}, _linear_groups(g, tokens, work, local),
                                     {"R4": rows // 4, "TOKENS": tokens, "TEXEL": int(texel),
                                      "X_TEXEL": int(x_texel), "HAS_BIAS": len(bias),
                                      "RESIDUAL": int(residual is not None), "ACT": 1 + UNARY_OPS[act] if act else 0,
@@ -318,8 +353,9 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     w = g.values[w_ref]
     cpu = CPU_KERNELS and g.device.is_cpu
     tokens = min(LINEAR_TOKENS_CPU, m) if cpu else 1
-    rows = (LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_TILE_ROWS_CPU) if tokens > 1 else LINEAR_ROWS_CPU) if cpu else 1
-    local = CPU_LOCAL if cpu else LOCAL_SIZE
+    rows = _cpu_rows(g, LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_TILE_ROWS_CPU) if tokens > 1
+                     else LINEAR_ROWS_CPU, n, m, tokens) if cpu else 1
+    local = _cpu_local(g) if cpu else LOCAL_SIZE
     if norm is not None and tokens > 1:  # tiles would normalize each token again: once, apart
         x, norm = _normed(g, x, norm), None
     x_texel = tokens > 1 and _texel_ok(g, x, m * k * 4, 16)
@@ -607,8 +643,9 @@ def _norm(g: ComputeGraph, kind: str, x: ValueRef, params: list[ValueRef], eps: 
     args = [out, x, *(_weight(g, p, "identity") for p in params)]
     push = struct.pack("<IIf", m, d, eps)
     if CPU_KERNELS and g.device.is_cpu and d % 4 == 0 and _texel_ok(g, x, xt.nbytes, 16):
-        g.add_dispatch(DispatchNode("norm_rows", args, push, {0: CPU_LOCAL},
-                                    (dispatch_groups(m, CPU_LOCAL, g.max_groups_x), 1, 1),
+        local = _cpu_local(g)
+        g.add_dispatch(DispatchNode("norm_rows", args, push, {0: local},
+                                    (dispatch_groups(m, local, g.max_groups_x), 1, 1),
                                     {"LAYER": int(kind == "layer_norm")},
                                     texels={i: "rgba32f" for i in range(1, len(args))}))
     else:
@@ -706,14 +743,18 @@ def rope_kv(g: ComputeGraph, qkv: ValueRef, step: ValueRef, table: ValueRef, k_c
     if tt.dtype != np.float32 or len(tt.shape) != 3 or tt.shape[1:] != (dh // 2, 2):
         raise ValueError(f"rope_kv: table {tt.shape} {tt.dtype} is not [positions, {dh // 2}, 2] float32")
     out = g.add_tensor((t, heads * dh), np.float32)
-    work = t * (heads + 2 * kv_heads) * dh // 2
-    texel = CPU_KERNELS and g.device.is_cpu and _texel_ok(g, qkv, qt.nbytes, 4) and _texel_ok(g, table, tt.nbytes, 8)
+    cpu = CPU_KERNELS and g.device.is_cpu
+    # CPU renderers: two pairs an invocation, as vec4s, where the layout allows (glsl/rope_kv.glsl QUAD)
+    quad = cpu and not neox and dh % 4 == 0 and _texel_ok(g, qkv, qt.nbytes, 16) and _texel_ok(g, table, tt.nbytes, 16)
+    texel = quad or (cpu and _texel_ok(g, qkv, qt.nbytes, 4) and _texel_ok(g, table, tt.nbytes, 8))
+    work = t * (heads + 2 * kv_heads) * dh // (4 if quad else 2)
     g.add_dispatch(DispatchNode("rope_kv", [out, qkv, step, table, k_cache, v_cache],
                                 struct.pack("<3I", t, tt.shape[0], ct.shape[0]), {0: LOCAL_SIZE},
                                 grid_groups(work, LOCAL_SIZE, g.max_groups_x),
-                                {"NEOX": int(neox), "TEXEL": int(texel), "HEADS": heads, "KV_HEADS": kv_heads,
-                                 "HEAD_DIM": dh},
-                                texels={1: "r32f", 3: "rg32f"} if texel else {}, moved_nbytes=2 * qt.nbytes))
+                                {"NEOX": int(neox), "TEXEL": int(texel), "QUAD": int(quad), "HEADS": heads,
+                                 "KV_HEADS": kv_heads, "HEAD_DIM": dh},
+                                texels=({1: "rgba32f", 3: "rgba32f"} if quad else {1: "r32f", 3: "rg32f"} if texel else {}),
+                                moved_nbytes=2 * qt.nbytes))
     return out
 
 
@@ -766,11 +807,15 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
         # CPU renderers: an invocation per query row, one pass (glsl/sdpa_rows.glsl); a
         # workgroup's barriers per row cost more there than the row's work
         texel = all(_texel_ok(g, r, g.values[r].nbytes, 16) for r in args[1:4])
-        g.add_dispatch(DispatchNode("sdpa_rows", args, push, {0: CPU_LOCAL},
-                                    (dispatch_groups(batch * t * heads, CPU_LOCAL, g.max_groups_x), 1, 1),
-                                    {"DYNAMIC_POS": dynamic, "DH": dh, "TEXEL": int(texel)},
+        local = _cpu_local(g)
+        group = heads // kv_heads if (t > 1 and heads // kv_heads <= SDPA_GROUP_MAX
+                                      and g.device.renderer in SDPA_GROUP_RENDERERS) else 1
+        rows = batch * t * heads // group
+        g.add_dispatch(DispatchNode("sdpa_rows", args, push, {0: local},
+                                    (dispatch_groups(rows, local, g.max_groups_x), 1, 1),
+                                    {"DYNAMIC_POS": dynamic, "DH": dh, "TEXEL": int(texel), "GROUP": group},
                                     texels={1: "rgba32f", 2: "rgba32f", 3: "rgba32f"} if texel else {}, moved_nbytes=moved,
-                                    key_rows=heads, invocations=batch * t * heads))
+                                    key_rows=heads // group, invocations=rows))
         return out
     g.add_dispatch(DispatchNode("sdpa", args, push, {0: LOCAL_SIZE}, (min(batch * heads * t, g.max_groups_x), 1, 1),
                                 {"DYNAMIC_POS": dynamic}, moved_nbytes=moved, key_rows=heads))

@@ -169,6 +169,11 @@ class Device(VkObject):
         return self.physical.type == "cpu"
 
     @property
+    def simd_width(self) -> int:
+        """Invocations a CPU renderer runs as one vector (its subgroup size); 0 on a GPU."""
+        return self.physical.subgroup_size if self.is_cpu else 0
+
+    @property
     def unified_memory(self) -> bool:
         """Device-local memory is the host's own memory (integrated GPUs, CPU renderers), so host
         pages imported as device memory are read at memory speed. A discrete GPU would read them

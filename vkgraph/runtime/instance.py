@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import DeviceNotFoundError, UnsupportedFeatureError, VulkanError
-from ..paths import bundled_icds
+from ..paths import bundled_icds, user_cache_dir
 from ._vk import call, ffi, lib, vk
 from .handle import VkObject
 
@@ -166,6 +166,34 @@ def _loader_icds(icd_json: str | None) -> Iterator[list[str]]:
                 os.environ[k] = v
 
 
+#: lavapipe's vector width where the host has AVX-512 and the user set none (Mesa reads
+#: LP_NATIVE_VECTOR_WIDTH once, when the process first enumerates a lavapipe device; Mesa 22.3
+#: defaults to 256 bits): on this project's VM (AMD EPYC, family 26, 2 cores) a kernel of nothing
+#: but multiply-adds ran 57 -> 108 G/s and SmolLM2's 64-token prefill 185-201 -> 147-151 ms, logits
+#: identical (README, "Decode speed"). Its shaders then go to a Mesa shader cache of
+#: their own (MESA_SHADER_CACHE_DIR, unless the user set one): Mesa 22.3 served 256-bit entries of
+#: the default cache to a 512-bit process, which ran at the old speed.
+LAVAPIPE_VECTOR_BITS = 512
+
+
+def _host_has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return False
+
+
+def configure_lavapipe() -> None:
+    """Set lavapipe's vector width (LAVAPIPE_VECTOR_BITS) and its shader cache directory in this
+    process's environment, before the first instance is created; a value the user set stays."""
+    if "LP_NATIVE_VECTOR_WIDTH" in os.environ or not _host_has_avx512():
+        return
+    os.environ["LP_NATIVE_VECTOR_WIDTH"] = str(LAVAPIPE_VECTOR_BITS)
+    if not any(k in os.environ for k in ("MESA_SHADER_CACHE_DIR", "MESA_GLSL_CACHE_DIR", "MESA_SHADER_CACHE_DISABLE")):
+        os.environ["MESA_SHADER_CACHE_DIR"] = str(user_cache_dir() / f"mesa-lavapipe-{LAVAPIPE_VECTOR_BITS}")
+
+
 class Instance(VkObject):
     """A VkInstance, with the Khronos validation layer when asked and a debug messenger that
     records every message of at least ``debug_severity`` (see :func:`debug_messages`).
@@ -182,6 +210,7 @@ class Instance(VkObject):
         app_name: str = "vkgraph",
     ):
         self.icd = icd
+        configure_lavapipe()
         with _loader_icds(icd) as added:
             #: renderers whose ICD vkgraph added to the system's (their devices come last by default)
             self.bundled_renderers = added
@@ -401,6 +430,9 @@ class PhysicalDevice:
             vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
         )
         chain.append(maint3)
+        subgroup = _new_struct(
+            "VkPhysicalDeviceSubgroupProperties", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES)
+        chain.append(subgroup)
         props2 = _new_struct("VkPhysicalDeviceProperties2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2)
         _chain(props2, *chain)
         call(lib.vkGetPhysicalDeviceProperties2, self.handle, props2)
@@ -409,6 +441,9 @@ class PhysicalDevice:
             self.driver_info = ffi.string(driver.driverInfo).decode()
         if host is not None:
             self.min_imported_host_pointer_alignment = host.minImportedHostPointerAlignment
+        #: invocations a subgroup runs together: a CPU renderer's SIMD width (lavapipe 8 at 256
+        #: bits, 16 at 512; SwiftShader 4)
+        self.subgroup_size: int = subgroup.subgroupSize
         self.limits["maxMemoryAllocationSize"] = maint3.maxMemoryAllocationSize
         self.limits["minImportedHostPointerAlignment"] = self.min_imported_host_pointer_alignment
 
@@ -475,6 +510,7 @@ class PhysicalDevice:
             "vendor_id": self.vendor_id,
             "device_id": self.device_id,
             "host_visible_device_local": self.host_visible_device_local,
+            "subgroup_size": self.subgroup_size,
             "extensions": sorted(e for e in RELEVANT_EXTENSIONS if e in self.extensions),
             "limits": dict(self.limits),
             "memory_types": [

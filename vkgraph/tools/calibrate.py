@@ -302,7 +302,8 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
 
 
 def _attention_key_s(dev: Device, repeat: int, threads: int) -> float:
-    """Attention's work per query row and key it sees: 16 causal attentions of a 32-token batch
+    """Attention's work per row of its kernel (DispatchNode.key_rows a token: a head, or in a batch
+    the heads sharing a key/value head) and key it sees: 16 causal attentions of a 32-token batch
     (8 heads over 2 key/value heads of 64), each on caches of its own (512 rows: a model's layers
     read theirs from memory, not a cache the last one warmed), run with the batch at position
     448 and at 0, the difference over the keys the rows saw besides, per waves_factor."""
@@ -325,7 +326,8 @@ def _attention_key_s(dev: Device, repeat: int, threads: int) -> float:
 
     q = rng.standard_normal((t, heads * dh), dtype=np.float32)
     near, at_far = (_execute_seconds(dev, build, {"q": q, "step": np.array([p, 0], np.uint32)}, repeat) for p in (0, far))
-    return max(at_far - near, 0.0) / (count * heads * t * far * waves_factor(box["node"], threads))
+    node = box["node"]
+    return max(at_far - near, 0.0) / (count * node.key_rows * t * far * waves_factor(node, threads))
 
 
 def _round_trip(dev: Device) -> tuple[float, float]:
@@ -524,7 +526,7 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
                       copy, fresh, encode_node_s, submit_s, fence_s, dispatch_s, pack,
                       source=f"vkgraph simulate --calibrate on {p.name} ({p.driver}), {datetime.date.today()}",
                       source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate, cpu_renderer=device.is_cpu,
-                      host_pack_gbps=host, fresh_device_gbps=fresh_device, renderer=device.renderer,
+                      host_pack_gbps=host, fresh_device_gbps=fresh_device, renderer=device.renderer, simd_width=device.simd_width,
                       max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute,
                       encode_direct_s=encode_direct_s, direct_copy_gbps=direct_copy,
                       settled_direct_gbps=settled_direct)
@@ -546,6 +548,7 @@ host_visible_device_local = {str(p.host_visible_device_local).lower()}
 staging_alignment = {p.staging_alignment}
 cpu_renderer = {str(p.cpu_renderer).lower()}
 renderer = "{p.renderer}"
+simd_width = {p.simd_width}
 max_texel_buffer_elements = {p.max_texel_buffer_elements}
 
 [cpu]
@@ -597,7 +600,7 @@ stream_gbps = {e.stream_gbps:.4g}   # bytes a memory-bound kernel moves
 linear_dispatch_us = {e.linear_dispatch_s * 1e6:.4g}   # each linear's dispatch besides its rows and weight
 linear_row_ns = {e.linear_row_s * 1e9:.4g}   # each weight row a linear's pass computes
 threads = {e.threads}   # a CPU renderer's worker threads (0: a GPU)
-attention_key_ns = {e.attention_key_s * 1e9:.4g}   # attention's work per query row and key it sees
+attention_key_ns = {e.attention_key_s * 1e9:.4g}   # attention's work per row of its kernel (a head; a batch's heads sharing a key/value head) and key it sees
 first_linear_us = {e.first_linear_s * 1e6:.4g}   # a linear pipeline's first dispatch in a process, beyond its work
 first_dispatch_us = {e.first_dispatch_s * 1e6:.4g}   # any other pipeline's
 

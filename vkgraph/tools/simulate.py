@@ -87,6 +87,7 @@ class Profile:
     #: per packed byte, on top of packing into memory the process held; 0: free
     fresh_device_gbps: float = 0.0
     renderer: str = ""  # the device's short name ("lavapipe", "swiftshader"): which kernels ops choose
+    simd_width: int = 0  # a CPU renderer's vector width in invocations (Device.simd_width): its kernels' workgroups
     max_texel_buffer_elements: int = 65536
     #: the run model's rates (``[execute]``, tools/simulate_run.py); None: the profile has none
     execute: ExecuteRates | None = None
@@ -163,7 +164,7 @@ def load_profile(path: str | Path) -> Profile:
             cpu_renderer=bool(dev.get("cpu_renderer", False)),
             host_pack_gbps={k: float(v) for k, v in cpu.get("host_pack_gbps", {}).items()},
             fresh_device_gbps=float(gpu.get("fresh_device_gbps", 0.0)),
-            renderer=str(dev.get("renderer", "")),
+            renderer=str(dev.get("renderer", "")), simd_width=int(dev.get("simd_width", 0)),
             max_texel_buffer_elements=int(dev.get("max_texel_buffer_elements", 65536)),
             execute=parse_execute(str(p), d.get("execute", {})), path=str(p),
             encode_direct_s=float(cpu["encode_direct_us"]) * 1e-6 if "encode_direct_us" in cpu else None,

@@ -16,12 +16,14 @@ dispatches. One execute of an entry point costs:
   four fetches; since it is one (the planes' word views) the fit puts it at 0. On a CPU renderer
   (``threads``: its worker threads) a linear's workgroups run as whole SIMD batches, a batch
   per thread at a time, so its terms are scaled by the waves of batches it takes against the
-  invocations it has: SmolLM2's 576-row one-token linears are 18 invocations of 32 rows, 3
-  batches of 8, 2 waves on 2 threads: priced as 32 invocations (1.78x), its 192-row ones 2.67x;
+  invocations it has: SmolLM2's 576-row one-token linears are (lavapipe at 512 bits) 36
+  invocations of 16 rows, 3 batches of 16, 2 waves on 2 threads: priced as 64 invocations (1.78x);
 - any other kernel: ``dispatch_us`` plus its bindings' bytes (or ``moved_nbytes``) at
-  ``stream_gbps``; attention besides ``attention_key_ns`` for each query row (a head of a
-  token) and key it sees, scaled by its waves on a CPU renderer as a linear is (SmolLM2's 9
-  heads of one token: 2 SIMD batches on 2 threads, priced as 16 rows). A decoded token at
+  ``stream_gbps``; attention besides ``attention_key_ns`` for each row of its kernel (a head of
+  a token; in a batch the heads sharing a key/value head, which fetch each key once: SmolLM2's 3)
+  and key it sees, scaled by its waves on a CPU renderer as a linear is (SmolLM2's 9 heads of
+  one token on lavapipe at 512 bits: one SIMD batch of 16, a wave on 2 threads, priced as 32
+  rows). A decoded token at
   position p sees p + 1 keys, a prefill batch of T tokens from p0 (causal) T * p0 + T (T + 1) / 2
   in all: a step costs more the longer the context, so decode is priced at the mean position of
   the tokens it decodes, and each prefill batch at its own;
@@ -100,7 +102,7 @@ def device_facts(profile: Profile) -> DeviceFacts:
     """What the graph's builder asks of a device, from the profile."""
     base = DeviceFacts()
     return DeviceFacts(profile.name, profile.host_visible_device_local, profile.cpu_renderer, profile.renderer,
-                       base.limits | {"maxTexelBufferElements": profile.max_texel_buffer_elements,
+                       profile.simd_width, base.limits | {"maxTexelBufferElements": profile.max_texel_buffer_elements,
                                       "minTexelBufferOffsetAlignment": profile.staging_alignment})
 
 
