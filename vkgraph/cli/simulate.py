@@ -117,8 +117,9 @@ def cmd_decode(args: argparse.Namespace) -> int:
     print(f"{pred.model} on {pred.profile}, {pred.prompt_tokens}-token prompt, {pred.new_tokens} new tokens, predicted: prefill "
           f"{pred.prefill_tok_s:.2f} tok/s ({how})  time to first token {pred.time_to_first_token_s:.3f} s  "
           f"decode {pred.decode_tok_s:.2f} tok/s  ({pred.prefill_tok_s / pred.decode_tok_s:.1f}x)")
-    print(f"(a fresh process: its pipelines' first dispatches, {pred.first_use_s[0] * 1e3:.1f} ms in the prompt "
-          f"and {pred.first_use_s[1] * 1e3:.1f} ms in the first decoded token, included)")
+    if any(pred.first_use_s):
+        print(f"(a fresh process: its pipelines' first dispatches, {pred.first_use_s[0] * 1e3:.1f} ms in the prompt "
+              f"and {pred.first_use_s[1] * 1e3:.1f} ms in the first decoded token, included)")
     last = pred.prefill_batches[-1] if pred.prefill_batches else pred.prefill_chunk
     for title, e in ((f"the last prefill batch ({last} tokens)", pred.prefill), ("one decoded token", pred.step)):
         print(f"\n{title}: {e.seconds * 1e3:.1f} ms, of which the host {e.seconds * 1e3 - sum(s for s, _ in e.by_kind.values()) * 1e3:.1f}\n")

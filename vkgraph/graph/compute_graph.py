@@ -303,15 +303,26 @@ class ComputeGraph:
     # --- execute ------------------------------------------------------------------------------
 
     def encode_execute(self, profile: bool = False) -> None:
-        """Bind memory for every non-constant tensor and IO staging, and record the execute
-        command buffers once (split by the execute thresholds). ``profile``: with a timestamp
-        after every dispatch (see :meth:`execute_profile`); only on the first call."""
+        """Bind memory for every non-constant tensor and IO staging, dispatch every pipeline once
+        with no workgroups (drivers that compile at the first dispatch compile then: lavapipe),
+        and record the execute command buffers once (split by the execute thresholds).
+        ``profile``: with a timestamp after every dispatch (see :meth:`execute_profile`); only on
+        the first call."""
         self.check_usable()
         if not self.prepacked:
             raise VkGraphError("prepack the graph (run_prepack() or prepack()) before encoding execute")
         if self._execute is None:
             self.prepare()
-            self._execute = ExecutePlan(self, profile)
+            plan = ExecutePlan(self, profile)
+            try:
+                plan.record()
+            except BaseException:
+                if self.failed:  # a fence timeout or a lost device: destroy() waits, then frees the plan
+                    self._execute = plan
+                else:
+                    plan.destroy()
+                raise
+            self._execute = plan
         elif profile and self._execute.queries is None:
             raise VkGraphError("execute was already encoded without profiling")
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from ..errors import DeviceLostError, FenceTimeoutError
-from ..runtime import (Buffer, CommandPool, DescriptorPool, DescriptorType, Fence, MemoryKind, Stage, TexelView,
-                       TimestampQueryPool, submit_and_wait)
+from ..runtime import (Buffer, CommandPool, DescriptorPool, DescriptorType, Fence, MemoryKind, OneShot, Stage,
+                       TexelView, TimestampQueryPool, submit_and_wait)
 from .allocation import shared_lifetimes
 from .scheduler import batches, execute_cut_points
 from .values import Tensor
@@ -25,8 +25,8 @@ class ExecutePlan:
     and after each one, and :meth:`profile` gives the GPU time of the last run per op kind (shader)."""
 
     def __init__(self, graph: ComputeGraph, profile: bool = False):
-        """Bind memory for every non-constant tensor and the IO staging, and record the command
-        buffers."""
+        """Bind memory for every non-constant tensor and the IO staging; :meth:`record` then
+        records the command buffers."""
         self.graph = graph
         self.queries: TimestampQueryPool | None = None
         self.texel_views: dict[tuple[int, int, int, str], TexelView] = {}
@@ -51,21 +51,51 @@ class ExecutePlan:
         self.entry_nodes = {e: [i for i, n in enumerate(nodes) if n.entry == e] for e in g.entries}
         self.cmds: dict[str, list] = {}
         self.last_entry = ""
+        #: the nodes the warm-up dispatched with no workgroups: one per pipeline and texel formats
+        self.warmed_up = list({(id(n.kernel(g)), tuple(sorted(n.texels.items()))): n for n in nodes}.values())
         self.pool = CommandPool(g.device)
         self.dpool = None
         try:
             if profile:  # per entry: a timestamp before its first dispatch, then one after each
                 self.queries = TimestampQueryPool(g.device, len(nodes) + len(self.entry_nodes))
-            types = [t for n in nodes for t in n.binding_types(g)]
-            self.dpool = DescriptorPool(g.device, max(1, len(nodes)), {
+            types = [t for n in nodes + self.warmed_up for t in n.binding_types(g)]
+            self.dpool = DescriptorPool(g.device, max(1, len(nodes) + len(self.warmed_up)), {
                 DescriptorType.STORAGE_BUFFER: max(1, types.count(DescriptorType.STORAGE_BUFFER)),
                 DescriptorType.STORAGE_IMAGE: types.count(DescriptorType.STORAGE_IMAGE),
                 DescriptorType.UNIFORM_TEXEL_BUFFER: types.count(DescriptorType.UNIFORM_TEXEL_BUFFER)})
-            for entry, index in self.entry_nodes.items():
-                self.cmds[entry] = self._record(entry, index)
             self.fence = Fence(g.device)
         except BaseException:
             self.destroy()
+            raise
+
+    def record(self) -> None:
+        """Warm the pipelines up (:meth:`_warm_up`), then record each entry point's command
+        buffers. After a fence timeout or a lost device the graph is marked failed (the warm-up
+        may still run: the graph's destroy() waits before it frees the plan)."""
+        self._warm_up()
+        for entry, index in self.entry_nodes.items():
+            self.cmds[entry] = self._record(entry, index)
+
+    def _warm_up(self) -> None:
+        """Move every storage image to its layout, then dispatch every pipeline once with no
+        workgroups, bound as one of its nodes is: before any execute and before the entry points
+        are recorded, so whichever entry point runs first finds its images ready, and lavapipe,
+        which compiles a pipeline's machine code for the formats of its bound texel buffers and
+        images at its first dispatch (not at vkCreateComputePipelines), has compiled them. A
+        fresh process's first prompt paid for that: SmolLM2's first 64-token batch, GPU time at
+        the first dispatch of each of its 9 pipelines beyond a later batch's, 19-36 ms without
+        this and 3-8 ms with it (lavapipe 256 bits, three processes each)."""
+        g = self.graph
+        try:
+            with OneShot(g.device, g.fence_timeout_s) as cmd:
+                for node in g.execute_nodes:  # every storage image to its layout, whichever entry point runs first
+                    for t in node.tensors(g):
+                        if t.image is not None:
+                            cmd.prepare_image(t.image)
+                for node in self.warmed_up:
+                    node.encode(g, cmd, self.dpool, self._texel_view, no_groups=True)
+        except (FenceTimeoutError, DeviceLostError) as exc:
+            g.failed = f"an earlier execute failed ({type(exc).__name__}: {exc})"
             raise
 
     def _record(self, entry: str, index: list[int]) -> list:

@@ -201,9 +201,11 @@ class DispatchNode:
         return graph.kernels.get(self.shader, self.binding_types(graph), len(self.push), self.spec, self.defines)
 
     def encode(self, graph: ComputeGraph, cmd: CommandBuffer, pool: DescriptorPool,
-               texel_view: Callable[[Buffer, int, int, str], TexelView] | None = None) -> None:
+               texel_view: Callable[[Buffer, int, int, str], TexelView] | None = None, *,
+               no_groups: bool = False) -> None:
         """Record the dispatch; ``texel_view(buffer, offset, nbytes, fmt)`` gives the views of the
-        ``texels`` bindings (owned by the caller)."""
+        ``texels`` bindings (owned by the caller). ``no_groups``: bound as for the dispatch, then
+        dispatched with no workgroups (CommandBuffer.dispatch_no_groups) and no barrier."""
         kernel = self.kernel(graph)
         for t in self.tensors(graph):
             if t.image is not None:
@@ -222,5 +224,8 @@ class DispatchNode:
         cmd.bind_descriptor_sets(kernel.layout, [dset])
         if self.push:
             cmd.push_constants(kernel.layout, self.push)
+        if no_groups:
+            cmd.dispatch_no_groups()
+            return
         cmd.dispatch(*self.groups)
         cmd.compute_barrier()

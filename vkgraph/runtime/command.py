@@ -209,6 +209,12 @@ class CommandBuffer(VkObject):
                 raise ValueError(f"dispatch: {n} workgroups along {axis}; the device allows 1..{most}")
         vk.vkCmdDispatch(self._recording(), x, y, z)
 
+    def dispatch_no_groups(self) -> None:
+        """vkCmdDispatch(0, 0, 0): no workgroup runs (valid: the spec allows zero), but the driver
+        resolves the bound pipeline with the bound descriptors as for a real dispatch (lavapipe
+        compiles a pipeline's machine code there, not at vkCreateComputePipelines)."""
+        vk.vkCmdDispatch(self._recording(), 0, 0, 0)
+
     def copy_buffer(
         self, src: Buffer, dst: Buffer, nbytes: int | None = None, src_offset: int = 0, dst_offset: int = 0
     ) -> None:
