@@ -118,6 +118,16 @@ vec4 bytes4(uint word) {
     return vec4(ivec4(uvec4(word) >> uvec4(0u, 8u, 16u, 24u) & 0xFFu));
 }
 
+#if QTYPE == 2 && PLANES
+// Q8_0's four int8 of word as floats times 2^24: each byte moved to the top byte, the rest masked
+// off, converted as a signed int (the block's scale d takes the 2^-24, Q8_0_UNIT; exact). Against
+// bytes4 and a sign fix, in one process: SmolLM2's four layer linears in q8_0, lavapipe (AVX2)
+// one token 1.36 -> 1.27 ms, 64 tokens 14.7 -> 12.3 ms; SwiftShader 4.80 -> 3.62 and 117 -> 80 ms
+vec4 int8x4_high(uint w) {
+    return vec4(ivec4(uvec4(w << 24u, (w << 16u) & 0xFF000000u, (w << 8u) & 0xFF000000u, w & 0xFF000000u)));
+}
+#define Q8_0_UNIT (1.0 / 16777216.0)
+#endif
 #if RESIDUAL
 #define STORE(at, v) y[at] = (v) + res[at]
 #else
@@ -135,6 +145,9 @@ vec4 bytes4(uint word) {
 #elif QTYPE == 1
 #define BLOCK_SCALES(head, s) float d = BLOCK_D(head, s), mn = BLOCK_M(head);
 #define SCALED(q, x) (d * (q) + mn * (x))
+#elif PLANES
+#define BLOCK_SCALES(head, s) float d = BLOCK_D(head, s) * Q8_0_UNIT;
+#define SCALED(q, x) (d * (q))
 #else
 #define BLOCK_SCALES(head, s) float d = BLOCK_D(head, s);
 #define SCALED(q, x) (d * (q))
@@ -149,8 +162,7 @@ vec4 bytes4(uint word) {
     [[unroll]] for (uint j = 0u; j < 2u; ++j) { \
         uvec4 quads = WORDF##_QUADS(blk, j); \
         [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
-            vec4 q = bytes4(quads[i]); \
-            sq += dot(q - 256.0 * vec4(greaterThanEqual(q, vec4(128.0))), xv[j * 4u + i]); \
+            sq += dot(int8x4_high(quads[i]), xv[j * 4u + i]); \
         } \
     } \
     BLOCK_SCALES(head, s) \
@@ -204,8 +216,7 @@ vec4 bytes4(uint word) {
     [[unroll]] for (uint j = 0u; j < 2u; ++j) { \
         uvec4 quads = WORDF##_QUADS(blk, j); \
         [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
-            vec4 q = bytes4(quads[i]); \
-            q -= 256.0 * vec4(greaterThanEqual(q, vec4(128.0))); \
+            vec4 q = int8x4_high(quads[i]); \
             [[unroll]] for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + j * 4u + i]); \
         } \
     } \
