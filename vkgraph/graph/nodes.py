@@ -205,7 +205,7 @@ class DispatchNode:
                no_groups: bool = False) -> None:
         """Record the dispatch; ``texel_view(buffer, offset, nbytes, fmt)`` gives the views of the
         ``texels`` bindings (owned by the caller). ``no_groups``: bound as for the dispatch, then
-        dispatched with no workgroups (CommandBuffer.dispatch_no_groups) and no barrier."""
+        dispatched with no workgroups (CommandBuffer.dispatch_no_groups)."""
         kernel = self.kernel(graph)
         for t in self.tensors(graph):
             if t.image is not None:
@@ -226,6 +226,6 @@ class DispatchNode:
             cmd.push_constants(kernel.layout, self.push)
         if no_groups:
             cmd.dispatch_no_groups()
-            return
-        cmd.dispatch(*self.groups)
-        cmd.compute_barrier()
+        else:
+            cmd.dispatch(*self.groups)
+        cmd.compute_barrier()  # also after no workgroups: synchronization validation counts the dispatch's accesses
