@@ -73,6 +73,16 @@ def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, ca
     assert times == sorted(times, reverse=True)  # top ops first
 
 
+def test_bench_decode_repeat_reports_the_best_rounds(device, smollm2_path, capsys):
+    assert cli.main(["bench", "decode", "--prompt-tokens", "3", "--new-tokens", "2", "--repeat", "0"]) == 1
+    assert "--new-tokens and --repeat must be >= 1, got 3, 2 and 0" in capsys.readouterr().err
+    assert cli.main(["bench", "decode", "--prompt-tokens", "3", "--new-tokens", "2", "--repeat", "2", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["repeat"] == 2 and r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0
+    # the rate is the faster round's, the time to the first token the first round's: never faster
+    assert r["prefill_tok_s"] >= 3 / r["time_to_first_token_s"]
+
+
 def test_run_model_records_what_a_session_dispatches_and_validates(device, smollm2_path, capsys):
     """The run model's graph is the session's: as many dispatches per decoded token; --validate
     --decode puts it next to bench decode in a fresh process."""
