@@ -221,14 +221,19 @@ vec4 nibbles_hi(uint w) { return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0x
 // tiles' main are unrolled: SwiftShader keeps an array indexed in a loop in memory, and ran
 // SmolLM2's 64-token prefill batch in 6.8 s with them rolled, 1.3-1.7 s unrolled (lavapipe's
 // compiler unrolls them itself: no change there).
-// sq[t] += q . xv[t * 8 + at] for each token, the products added in pairs, a pair for every
-// token in turn. Against each token's whole dot() in turn, lavapipe (AVX2; it multiplies and
-// adds apart, fma() too): SmolLM2's 64-token prefill batch, both forms in one process, min of
-// 8, six processes: -6% to -15% (508 -> 430 ms; its code spills a fifth fewer registers);
-// Q8_0's tiles within the noise; SwiftShader -2%.
+// sq[t] += q . xv[t * 8 + at] for each token. PAIRS (ops.DOT_PAIRS_RENDERERS): the products
+// added in pairs, a pair for every token in turn, not each token's whole dot() in turn: lavapipe
+// (AVX2; it multiplies and adds apart, fma() too), SmolLM2's 64-token prefill batch, both forms
+// in one process, min of 8, six processes: -6% to -15% (508 -> 430 ms; its code spills a fifth
+// fewer registers); Q8_0's tiles within the noise. SwiftShader ran them 2% faster, but compiled
+// the longer code 2.7x slower (the gated linears' tests 27 -> 76 s).
+#if PAIRS
 #define DOT_TOKENS(q, at) \
     [[unroll]] for (uint t = 0u; t < TOKENS; ++t) sq[t] += q.x * xv[t * 8u + (at)].x + q.y * xv[t * 8u + (at)].y; \
     [[unroll]] for (uint t = 0u; t < TOKENS; ++t) sq[t] += q.z * xv[t * 8u + (at)].z + q.w * xv[t * 8u + (at)].w;
+#else
+#define DOT_TOKENS(q, at) [[unroll]] for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + (at)]);
+#endif
 #if QTYPE == 2 && PLANES
 #define TILE_BLOCK(WORDF, ACC) { \
     float sq[TOKENS]; \

@@ -50,6 +50,10 @@ TILED_LINEAR_RENDERERS = {"lavapipe", "swiftshader"}
 #: (SwiftShader, SmolLM2 decode step in one process: 99.2 -> 87.6 ms; its tiles keep the texels:
 #: without any, a 64-token batch 1.49 -> 2.33 s)
 GEMV_STORAGE_RENDERERS = {"swiftshader"}
+#: CPU renderers whose quantized tiles add each token's products in pairs (PAIRS in
+#: glsl/linear_quant.glsl: lavapipe's code spills less, a SmolLM2 prefill batch 6-15% faster);
+#: SwiftShader compiles that longer code 2.7x slower for a 2% faster tile
+DOT_PAIRS_RENDERERS = {"lavapipe"}
 #: CPU renderers whose attention in a batched prompt gives one invocation of glsl/sdpa_rows.glsl
 #: the query heads that share a key/value head, up to SDPA_GROUP_MAX of them (GROUP: each key and
 #: value row fetched once for them). lavapipe, SmolLM2's 64-token prefill in one process (3
@@ -384,6 +388,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                      "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra),
                                      "GATED": int(up is not None), "NORM": int(gamma is not None),
                                      "G_TEXEL": int(g_texel), "HEAD_AT": heads,
+                                     "PAIRS": int(tokens > 1 and g.device.renderer in DOT_PAIRS_RENDERERS),
                                      "Y4": _stores_vec4(tokens, rows, n, r0, r1)},
                                     texels=({1: "rgba32f"} if x_texel else {}) | ({2: word} if texel else {})
                                     | ({3: word} if texel and up is not None else {})
