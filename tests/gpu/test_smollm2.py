@@ -57,10 +57,15 @@ def test_context_overflow_is_clear(device, smollm2_path):
 
 
 def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, capsys):
-    assert cli.main(["bench", "decode", "--prompt-tokens", "5", "--new-tokens", "2", "--profile", "--json"]) == 0
+    assert cli.main(["bench", "decode", "--prompt-tokens", "5", "--new-tokens", "2", "--repeat", "0"]) == 1
+    assert "--new-tokens and --repeat must be >= 1, got 5, 2 and 0" in capsys.readouterr().err
+    assert cli.main(["bench", "decode", "--prompt-tokens", "5", "--new-tokens", "2", "--profile", "--json",
+                     "--repeat", "2"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["prompt_tokens"] == 5 and r["new_tokens"] == 2 and r["device"] == device.name
+    assert r["prompt_tokens"] == 5 and r["new_tokens"] == 2 and r["device"] == device.name and r["repeat"] == 2
     assert r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and r["time_to_first_token_s"] > 0
+    # the rate is the faster round's, the time to the first token the first round's: never faster
+    assert r["prefill_tok_s"] >= 5 / r["time_to_first_token_s"]
     # every dispatch of a decode step is in the profile, under its op kind
     # per layer: 4 linears (q, k and v one over their stacked weights; gate and up one with the
     # silu(gate) * up; the RMS norms and residual adds fused in), rope_kv (RoPE of q and k, both
@@ -71,16 +76,6 @@ def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, ca
     assert r["profile"]["linear_quant"][1] == 121 and all(sec > 0 for sec, _ in r["profile"].values())
     times = [sec for sec, _ in r["profile"].values()]
     assert times == sorted(times, reverse=True)  # top ops first
-
-
-def test_bench_decode_repeat_reports_the_best_rounds(device, smollm2_path, capsys):
-    assert cli.main(["bench", "decode", "--prompt-tokens", "3", "--new-tokens", "2", "--repeat", "0"]) == 1
-    assert "--new-tokens and --repeat must be >= 1, got 3, 2 and 0" in capsys.readouterr().err
-    assert cli.main(["bench", "decode", "--prompt-tokens", "3", "--new-tokens", "2", "--repeat", "2", "--json"]) == 0
-    r = json.loads(capsys.readouterr().out)
-    assert r["repeat"] == 2 and r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0
-    # the rate is the faster round's, the time to the first token the first round's: never faster
-    assert r["prefill_tok_s"] >= 3 / r["time_to_first_token_s"]
 
 
 def test_run_model_records_what_a_session_dispatches_and_validates(device, smollm2_path, capsys):
