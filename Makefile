@@ -20,7 +20,7 @@ demo: install
 # The packages installed above include lavapipe, SwiftShader and the models, so a missing device
 # or model is a failure here, not a skip. The device-free tests run once, the GPU suite once per
 # renderer, the renderers' passes at the same time (scripts/gpu_suites.sh: on 2 cores 450 s
-# against 703 one after the other).
+# against 703 one after the other, in runs 40 minutes apart).
 test: install
 	$(REQUIRE) $(BIN)/python -m pytest tests --ignore=tests/gpu
 	$(REQUIRE) scripts/gpu_suites.sh $(BIN)/python $(RENDERERS)
