@@ -1,6 +1,8 @@
 """How many multiply-adds a second the device runs in a kernel of nothing else: 32 independent
-accumulators an invocation, in float32 (a multiply and an add), int16 pairs in a 32-bit word (two
-multiply-adds a term) and int8 quads (four). The ceiling the linears' tiles are measured against
+accumulators an invocation, in float32 (a multiply and an add), int16 pairs in a 32-bit word
+unpacked (two multiply-adds a term), int8 quads unpacked (four), and two int16 halves of one
+32-bit word multiplied at once (two a term: a small int times the word gives both products, the
+tiles' int8 activations, glsl/q8_pairs.glsl). The ceiling the linears' tiles are measured against
 (README, "Decode speed"): on a CPU renderer, whether narrower activations could buy arithmetic.
 
     python benchmarks/mac_peak.py [--device lavapipe] [--invocations 16384] [--iters 2000]
@@ -44,6 +46,9 @@ void main() {
         int b0 = (b << 16) >> 16, b1 = b >> 16;
         [[unroll]] for (uint j = 0u; j < 32u; ++j) acc[j] += ((a[j] << 16) >> 16) * b0 + (a[j] >> 16) * b1;
         b += 0x00030001;
+#elif MODE == 3
+        [[unroll]] for (uint j = 0u; j < 32u; ++j) acc[j] += a[j] * b;
+        b = (b + 3) & 7;
 #else
         int b0 = bitfieldExtract(b, 0, 8), b1 = bitfieldExtract(b, 8, 8), b2 = bitfieldExtract(b, 16, 8),
             b3 = bitfieldExtract(b, 24, 8);
@@ -61,7 +66,8 @@ void main() {
 """
 
 #: mode: (name, multiply-adds a term)
-MODES = {0: ("float32 (multiply + add)", 1), 1: ("int16 pairs", 2), 2: ("int8 quads", 4)}
+MODES = {0: ("float32 (multiply + add)", 1), 1: ("int16 pairs", 2), 2: ("int8 quads", 4),
+         3: ("int16 halves, one multiply", 2)}
 
 
 def seconds(device: Device, mode: int, invocations: int, iters: int, local: int, repeat: int = 5) -> float:

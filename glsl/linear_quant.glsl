@@ -22,6 +22,9 @@
 #ifndef TOKENS
 #define TOKENS 1
 #endif
+#ifndef Q8X
+#define Q8X 0
+#endif
 #ifndef HEAD_AT
 #define HEAD_AT 0
 #endif
@@ -36,7 +39,14 @@ layout(local_size_x_id = 0) in;
 #define YTYPE float
 #endif
 layout(set = 0, binding = 0) writeonly buffer Y { YTYPE y[]; };
-#if X_TEXEL
+#if Q8X
+// Q8X (tiles of Q4 weights in planes; config graph.int8_activations): x in glsl/q8_pairs.glsl's
+// int8 form, two tokens a word, as RGBA32UI texels: a block of a pair of tokens is 8 texels, the
+// blocks' scales (d and d * sum of q of each token) a texel each after all the pairs' quants. A
+// tile's first token m0 is even (TOKENS even, or a single tile).
+layout(set = 0, binding = 1) uniform usamplerBuffer xt;
+#define XQ4(i) ivec4(texelFetch(xt, int(i)))
+#elif X_TEXEL
 layout(set = 0, binding = 1) uniform samplerBuffer xt;  // RGBA32F texels
 #define X4(i) texelFetch(xt, int(i))
 #else
@@ -234,7 +244,35 @@ vec4 nibbles_hi(uint w) { return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0x
 #else
 #define DOT_TOKENS(q, at) [[unroll]] for (uint t = 0u; t < TOKENS; ++t) sq[t] += dot(q, xv[t * 8u + (at)]);
 #endif
-#if QTYPE == 2 && PLANES
+#if Q8X
+// The block's quants as ints less 8 (-8..7: Q4_0's w = d * q'; Q4_1's w = d * q' + (m + 8d)),
+// each multiplied by a word of two tokens' int8 x (xp: its 16-bit halves keep the two sums apart),
+// each token's sum then scaled by d and its x's scale xd, plus Q4_1's offset times x's sum sx.
+// Against the float tiles: ops._q8_pairs.
+#if QTYPE == 0
+#define Q8X_OFFSET(d, head) 0.0
+#else
+#define Q8X_OFFSET(d, head) (BLOCK_M(head) + 8.0 * (d))
+#endif
+#define IDOT(q, X) (q.x * X.x + q.y * X.y + q.z * X.z + q.w * X.w)
+#define TILE_BLOCK(WORDF, ACC) { \
+    int sq[TOKEN_PAIRS]; \
+    [[unroll]] for (uint p = 0u; p < TOKEN_PAIRS; ++p) sq[p] = 0; \
+    uvec4 quads = WORDF##_QUADS(blk, 0u); \
+    uint head = WORDF##_HEAD(blk); \
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
+        ivec4 lo = ivec4((uvec4(quads[i]) >> uvec4(0u, 8u, 16u, 24u)) & 0xFu) - 8; \
+        ivec4 hi = ivec4((uvec4(quads[i]) >> uvec4(4u, 12u, 20u, 28u)) & 0xFu) - 8; \
+        [[unroll]] for (uint p = 0u; p < TOKEN_PAIRS; ++p) sq[p] += IDOT(lo, xp[p * 8u + i]) + IDOT(hi, xp[p * 8u + i + 4u]); \
+    } \
+    float d = BLOCK_D(head, s), c = Q8X_OFFSET(d, head); \
+    [[unroll]] for (uint p = 0u; p < TOKEN_PAIRS; ++p) { \
+        int lo16 = (sq[p] << 16) >> 16, hi16 = (sq[p] - lo16) >> 16; \
+        ACC[r * TOKENS + 2u * p] += d * xd[2u * p] * float(lo16) + c * sx[2u * p]; \
+        if (2u * p + 1u < TOKENS) \
+            ACC[r * TOKENS + 2u * p + 1u] += d * xd[2u * p + 1u] * float(hi16) + c * sx[2u * p + 1u]; \
+    } }
+#elif QTYPE == 2 && PLANES
 #define TILE_BLOCK(WORDF, ACC) { \
     float sq[TOKENS]; \
     [[unroll]] for (uint t = 0u; t < TOKENS; ++t) sq[t] = 0.0; \
@@ -350,6 +388,7 @@ void main() {
 }
 #else
 // Tiles of ROWS rows x TOKENS tokens (a batched prompt on CPU renderers).
+#define TOKEN_PAIRS ((TOKENS + 1) / 2)
 void main() {
     uint nb = K / 32u;
     uint groups = (N + ROWS - 1u) / ROWS;
@@ -367,6 +406,20 @@ void main() {
         [[unroll]] for (uint a = 0u; a < ROWS * TOKENS; ++a) accu[a] = 0.0;
 #endif
         for (uint b = 0u; b < nb; ++b) {
+#if Q8X
+            ivec4 xp[TOKEN_PAIRS * 8];  // this block's 32 int8 x of each pair of tokens, their scales and sums
+            float xd[TOKEN_PAIRS * 2], sx[TOKEN_PAIRS * 2];
+            [[unroll]] for (uint p = 0u; p < TOKEN_PAIRS; ++p) {
+                uint pp = min(m0 / 2u + p, (M - 1u) / 2u);
+                uint xb = (pp * K + b * 32u) / 4u;
+                [[unroll]] for (uint i = 0u; i < 8u; ++i) xp[p * 8u + i] = XQ4(xb + i);
+                vec4 sc = intBitsToFloat(XQ4((M + 1u) / 2u * (K / 4u) + pp * nb + b));
+                xd[2u * p] = sc.x;
+                sx[2u * p] = sc.y;
+                xd[2u * p + 1u] = sc.z;
+                sx[2u * p + 1u] = sc.w;
+            }
+#else
             vec4 xv[TOKENS * 8];  // this block's 32 x values of each token, and their sums
             float sx[TOKENS];
             [[unroll]] for (uint t = 0u; t < TOKENS; ++t) {
@@ -378,6 +431,7 @@ void main() {
                 }
                 sx[t] = s.x + s.y + s.z + s.w;
             }
+#endif
             // unrolled: the accumulators' indices become constants (ops.LINEAR_TILE_ROWS_CPU)
             [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
                 uint blk = min(first + r, N - 1u) * nb + b;

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 BLOCK_WEIGHTS = 32
 
 
@@ -25,3 +27,20 @@ FORMATS: dict[str, BlockFormat] = {f.name: f for f in (
     BlockFormat("q8_0", "Q8_0", 34, 2, 2),
 )}
 BY_GGML_TYPE: dict[str, BlockFormat] = {f.ggml_type: f for f in FORMATS.values()}
+
+#: the formats whose linears can multiply int8 activations (config graph.int8_activations): a
+#: 4-bit quant times an int8 stays within 16 bits over a block (glsl/q8_pairs.glsl)
+INT8_ACTIVATION_FORMATS = ("q4_0", "q4_1")
+
+
+def int8_activations(x: np.ndarray) -> np.ndarray:
+    """``x`` [..., K] (K a multiple of 32) as a CPU renderer's tiles of Q4 weights multiply it
+    (config graph.int8_activations; glsl/q8_pairs.glsl), llama.cpp's scheme for activations: each
+    block of 32 values scaled by d = max|x| / 127, rounded half to even to int8, times d again;
+    in float32, as the shader computes it."""
+    x = np.asarray(x, np.float32)
+    xb = x.reshape(*x.shape[:-1], -1, BLOCK_WEIGHTS)
+    amax = np.abs(xb).max(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    return (np.rint(xb * inv) * (amax / np.float32(127))).reshape(x.shape)

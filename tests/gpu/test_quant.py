@@ -345,3 +345,75 @@ def test_planes_each_way_they_are_read(device, compiler, monkeypatch, fmt, m, re
     gate, up = x64 @ deq.T, x64 @ deq_u.T
     np.testing.assert_allclose(out["y"], gate, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out["gated"], gate / (1 + np.exp(-gate)) * up, rtol=1e-4, atol=1e-4)
+
+
+def ref_q8_pairs(x, gamma=None, eps=0.0):
+    """glsl/q8_pairs.glsl's output in numpy (float32, as the shader): x [m, k] (RMS-normalized
+    with ``gamma``) as int8 in blocks of 32, d = max|x| / 127; two tokens a word (token 2p's int8
+    in the low 16 bits, 2p + 1's above), then each pair's blocks' (d0, d0 * sum q0, d1, d1 * sum q1)."""
+    x = x.astype(np.float32)
+    if gamma is not None:
+        x = x * (1 / np.sqrt(np.mean(x.astype(np.float64) ** 2, -1, keepdims=True) + eps)).astype(np.float32) * gamma
+    m, k = x.shape
+    if m % 2:
+        x = np.concatenate([x, np.zeros((1, k), np.float32)])
+    xb = x.reshape(-1, k // 32, 32)
+    amax = np.abs(xb).max(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        q = np.rint(xb * np.where(amax > 0, np.float32(127) / amax, 0).astype(np.float32)).astype(np.int32)
+    d = (amax / np.float32(127))[..., 0]
+    words = (q[0::2] + (q[1::2] << 16)).reshape(-1)
+    scales = np.stack([d[0::2], d[0::2] * q[0::2].sum(-1), d[1::2], d[1::2] * q[1::2].sum(-1)], -1).astype(np.float32)
+    return np.concatenate([words, scales.reshape(-1).view(np.int32)])
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("m", [1, 7, 19])
+def test_int8_activations(device, compiler, fmt, m):
+    """With graph.int8_activations a batch's tiles of Q4 weights (CPU renderers) multiply x as
+    int8 in blocks of 32, quantized (and RMS-normalized first where the linear has a norm) by a
+    q8_pairs dispatch: its words and scales as numpy's, and the linears (plain, with a residual,
+    gated, stacked, normalized) as numpy's on those int8 values, a partial tile and an odd token
+    among them; tiles run over rows of workgroups past the x limit (2 here). One token, Q8_0 and
+    the GPU layout multiply float32."""
+    from vkgraph.config import GraphConfig
+    from vkgraph.ggml import int8_activations
+
+    n, k, eps = 40, 96, 1e-5
+    (wq, wd), (gq, gd), (uq, ud) = (quantized(fmt, n, k, s) for s in (1, 2, 3))
+    parts = [quantized(fmt, rows, k, 10 + rows) for rows in (24, 8)]
+    rng = np.random.default_rng(m)
+    x = (3 * rng.standard_normal((m, k)) + 1).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    cfg = GraphConfig().replace(graph__int8_activations=True, execute__memory_planning=False)  # keep x's int8 forms
+    with ComputeGraph(cfg, device=device, compiler=compiler) as g:
+        g.max_groups_x = 2
+        xin, rin = g.add_input(x.shape, np.float32, "x"), g.add_input(res.shape, np.float32, "r")
+        norm = (g.add_tensorref(gamma, "norm"), eps)
+        g.set_output(ops.linear(g, xin, g.add_tensorref(wq, "w", quant=fmt)), "y")
+        g.set_output(ops.linear(g, xin, g.add_tensorref(wq, "w2", quant=fmt), residual=rin, norm=norm), "yr")
+        g.set_output(ops.gated_linear(g, xin, g.add_tensorref(gq, "g", quant=fmt), g.add_tensorref(uq, "u", quant=fmt)), "yg")
+        g.set_output(ops.stacked_linear(g, xin, [g.add_tensorref(raw, f"s{i}", quant=fmt) for i, (raw, _) in enumerate(parts)],
+                                        norm=norm), "ys")
+        int8 = device.is_cpu and m > 1 and fmt != "q8_0"
+        linears = [nd for nd in g.execute_nodes if nd.shader == "linear_quant"]
+        quantizes = [nd for nd in g.execute_nodes if nd.shader == "q8_pairs"]
+        assert len(linears) == 4 and {nd.defines["Q8X"] for nd in linears} == {int(int8)}
+        assert [nd.defines["NORM"] for nd in quantizes] == ([0, 1, 0, 1] if int8 else [])
+        if int8:
+            assert {nd.defines["TOKENS"] for nd in linears} == {min(m, ops.LINEAR_TOKENS_INT8)}
+        g.run_prepack()
+        out = g.execute({"x": x, "r": res})
+        for nd, gm in zip(quantizes, [None, gamma, None, gamma]):  # the int8 words exactly, the scales to rounding
+            got, want, words = g.read_tensor(nd.args[0]).view(np.int32), ref_q8_pairs(x, gm, eps), (m + 1) // 2 * k
+            np.testing.assert_array_equal(got[:words], want[:words])
+            np.testing.assert_allclose(got[words:].view(np.float32), want[words:].view(np.float32), rtol=1e-6)
+    x64 = x.astype(np.float64)
+    xn = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * gamma
+    if int8:
+        x64, xn = (int8_activations(v).astype(np.float64) for v in (x64, xn))
+    refs = {"y": x64 @ wd.T, "yr": res + xn @ wd.T, "yg": silu(x64 @ gd.T) * (x64 @ ud.T),
+            "ys": xn @ np.concatenate([d for _, d in parts]).T}
+    for key, ref in refs.items():
+        np.testing.assert_allclose(out[key], ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max(), err_msg=key)

@@ -50,6 +50,32 @@ def test_batched_prefill_matches_token_by_token(device, smollm2_path, tokens, ba
     np.testing.assert_allclose(after_batched, after_stepped, rtol=1e-4, atol=1e-4)
 
 
+def test_int8_prefill_follows_numpys_int8_model(device, smollm2_path):
+    """configs/fast-prefill.toml (graph.int8_activations): on CPU renderers the prompt's Q4
+    linears multiply int8 activations (each op checked exactly in test_quant). The prompt's logits
+    lie nearer numpy's model of that (reference_logits(int8=True)) than float32's do (not on it:
+    a value that float32 and float64 put either side of a half rounds apart), and differ from
+    float32's (token by token) about as much as that model does, between half and twice; the
+    same top 5.
+    """
+    from vkgraph import load_config
+    from vkgraph.models.llama import reference_logits
+    from vkgraph.paths import CONFIG_DIR
+
+    if not device.is_cpu:
+        pytest.skip("int8 activations are CPU renderers' tiles")
+    with LlamaSession(smollm2_path, load_config(CONFIG_DIR / "fast-prefill.toml"), device=device, max_context=64) as s:
+        ids = s.prompt_ids("What is the capital of France?", chat=True)
+        assert s.batches_for(len(ids)) == [64] and any(nd.shader == "q8_pairs" for nd in s.graph.execute_nodes)
+        batched = s.prefill(ids)
+        stepped = [s.step(tok, pos) for pos, tok in enumerate(ids)][-1]
+        ref = reference_logits(s.file, s.config, ids, int8=True)[-1]
+    rms = lambda v: np.sqrt(np.mean(np.square(v, dtype=np.float64)))  # noqa: E731
+    assert rms(batched - ref) < rms(stepped - ref)
+    assert 0.5 < rms(batched - stepped) / rms(ref - stepped) < 2
+    assert set(np.argsort(-batched)[:5]) == set(np.argsort(-stepped)[:5])
+
+
 def test_context_overflow_is_clear(device, smollm2_path):
     with LlamaSession(smollm2_path, device=device, max_context=8) as s:
         with pytest.raises(ValueError, match="exceed the 8-token context"):
@@ -63,6 +89,7 @@ def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, ca
                      "--repeat", "2"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["prompt_tokens"] == 5 and r["new_tokens"] == 2 and r["device"] == device.name and r["repeat"] == 2
+    assert r["int8_activations"] is False  # the default: float32 activations
     assert r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and r["time_to_first_token_s"] > 0
     # the rate is the faster round's, the time to the first token the first round's: never faster
     assert r["prefill_tok_s"] >= 5 / r["time_to_first_token_s"]

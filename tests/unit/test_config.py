@@ -18,12 +18,14 @@ def write(tmp_path, text, name="c.toml"):
 
 def test_every_shipped_config_loads():
     files = sorted(CONFIGS.glob("*.toml"))
-    assert {f.name for f in files} >= {"default.toml", "low-memory.toml", "fast-load.toml"}
+    assert {f.name for f in files} >= {"default.toml", "low-memory.toml", "fast-load.toml", "fast-prefill.toml"}
     for f in files:
         cfg = load_config(f, env={})
         assert cfg.source == str(f)
     low = load_config(CONFIGS / "low-memory.toml", env={})
     assert low.prepack.reduce_peak_memory is True and low.prepack.threshold_nbytes == 4 * MiB
+    assert load_config(CONFIGS / "fast-prefill.toml", env={}).graph.int8_activations is True
+    assert GraphConfig().graph.int8_activations is False
 
 
 def test_default_toml_documents_every_key_with_its_default():

@@ -84,6 +84,8 @@ def cmd_bench_decode(args: argparse.Namespace) -> int:
     print(f"{r.model} on {r.device}: {r.prompt_tokens}-token prompt, {r.new_tokens} new tokens, "
           f"{r.dispatches_per_token} dispatches per token")
     how = f"batches: {batch_counts(r.prefill_batches)}" if r.prefill_batches else "fed token by token"
+    if r.int8_activations:
+        how += ", int8 activations"
     if r.repeat > 1:
         how += f"; the best of {r.repeat} rounds, as the decode; time to first token: the first round's"
     print(f"prefill {r.prefill_tok_s:.2f} tok/s ({how})  time to first token {r.time_to_first_token_s:.3f} s"

@@ -22,7 +22,7 @@ import numpy as np
 from .. import ops
 from ..config import GraphConfig
 from ..errors import GGUFError, ModelNotFoundError
-from ..ggml import BLOCK_WEIGHTS, FORMATS
+from ..ggml import BLOCK_WEIGHTS, FORMATS, INT8_ACTIVATION_FORMATS, int8_activations
 from ..graph.compute_graph import ComputeGraph
 from ..graph.prepack import ProgressFn
 from ..graph.report import LoadReport
@@ -243,9 +243,16 @@ def build(g: ComputeGraph, f: GGUFFile | PublishedShapes, cfg: LlamaConfig, max_
     return logits
 
 
-def reference_logits(f: GGUFFile, cfg: LlamaConfig, ids: list[int]) -> np.ndarray:
-    """Logits of every position for ``ids``, in numpy (float64) on the dequantized weights."""
+def reference_logits(f: GGUFFile, cfg: LlamaConfig, ids: list[int], int8: bool = False) -> np.ndarray:
+    """Logits of every position for ``ids``, in numpy (float64) on the dequantized weights. With
+    ``int8`` the layers' Q4 linears multiply int8 activations (ggml.int8_activations), as a batch
+    of tokens does on CPU renderers (config graph.int8_activations)."""
     a = lambda name: f.array(name).astype(np.float64)  # noqa: E731
+
+    def mm(x: np.ndarray, name: str) -> np.ndarray:
+        if int8 and f.tensor(name).quant in INT8_ACTIVATION_FORMATS:
+            x = int8_activations(x).astype(np.float64)
+        return x @ a(name).T
     t, dh = len(ids), cfg.head_dim
 
     def rms(x: np.ndarray, name: str) -> np.ndarray:
@@ -266,16 +273,16 @@ def reference_logits(f: GGUFFile, cfg: LlamaConfig, ids: list[int]) -> np.ndarra
     for i in range(cfg.layers):
         p = f"blk.{i}."
         n = rms(h, p + "attn_norm.weight")
-        q = rope(n @ a(p + "attn_q.weight").T, cfg.heads)
-        k = np.repeat(rope(n @ a(p + "attn_k.weight").T, cfg.kv_heads), group, axis=1)
-        v = np.repeat((n @ a(p + "attn_v.weight").T).reshape(t, cfg.kv_heads, dh), group, axis=1)
+        q = rope(mm(n, p + "attn_q.weight"), cfg.heads)
+        k = np.repeat(rope(mm(n, p + "attn_k.weight"), cfg.kv_heads), group, axis=1)
+        v = np.repeat(mm(n, p + "attn_v.weight").reshape(t, cfg.kv_heads, dh), group, axis=1)
         s = np.where(causal[None], np.einsum("thd,shd->hts", q, k) / np.sqrt(dh), -np.inf)
         pr = np.exp(s - s.max(-1, keepdims=True))
         ctx = np.einsum("hts,shd->thd", pr / pr.sum(-1, keepdims=True), v).reshape(t, cfg.dim)
-        h = h + ctx @ a(p + "attn_output.weight").T
+        h = h + mm(ctx, p + "attn_output.weight")
         n = rms(h, p + "ffn_norm.weight")
-        gate = n @ a(p + "ffn_gate.weight").T
-        h = h + ((gate / (1 + np.exp(-gate))) * (n @ a(p + "ffn_up.weight").T)) @ a(p + "ffn_down.weight").T
+        gate = mm(n, p + "ffn_gate.weight")
+        h = h + mm((gate / (1 + np.exp(-gate))) * mm(n, p + "ffn_up.weight"), p + "ffn_down.weight")
     out = a("output.weight") if "output.weight" in f.tensors else emb
     return rms(h, "output_norm.weight") @ out.T
 

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import UnsupportedFeatureError
-from ..ggml import FORMATS
+from ..ggml import FORMATS, INT8_ACTIVATION_FORMATS
 from ..graph.compute_graph import ComputeGraph
 from ..graph.nodes import DispatchNode, dispatch_groups, grid_groups
 from ..graph.packers import get_packer
@@ -27,6 +27,10 @@ LOCAL_SIZE = 64
 CPU_LOCAL = 8
 LINEAR_ROWS_CPU = 32
 LINEAR_TOKENS_CPU = 8
+#: tokens per invocation of tiles that multiply int8 activations (_q8_pairs), two a word: SmolLM2's
+#: 64-token prompt, 16 against 8 in one process (min of 8 batches): lavapipe (AVX2) 413 -> 374 and
+#: 388 -> 330 ms, SwiftShader 2970 -> 2441 ms
+LINEAR_TOKENS_INT8 = 16
 #: rows per invocation of a GGML-quantized linear's tiles (several tokens on a CPU renderer),
 #: whose rows loop is unrolled (glsl/linear_quant.glsl). lavapipe, SmolLM2's linears at 32 tokens
 #: in one process, GPU ms min (median), against 32 rows rolled: q4_0 9.8 (10.1) against 11.9
@@ -353,22 +357,28 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     (glsl/linear_quant.glsl; figures in benchmarks/gemv.py). On GPUs an invocation computes one
     row. ``residual`` is added to y; with ``up`` (a second weight of w's format and shape, within
     one binding) y is silu(x . w) * (x . up) (gated_linear); with ``norm`` x is RMS-normalized
-    on the way in: in the same dispatch one token at a time, in one before it for tiles."""
+    on the way in: in the same dispatch one token at a time, in one before it for tiles. With
+    config ``graph.int8_activations`` tiles of Q4 weights in planes multiply x in int8, made (and
+    normalized) by a dispatch before them (_q8_pairs), LINEAR_TOKENS_INT8 tokens an invocation."""
     w = g.values[w_ref]
     cpu = CPU_KERNELS and g.device.is_cpu
-    tokens = min(LINEAR_TOKENS_CPU, m) if cpu else 1
+    fmt, planes = QUANT_LAYOUTS[w.layout], w.layout != QUANT_LAYOUTS[w.layout]  # planes: on CPU renderers
+    int8 = (m > 1 and planes and fmt in INT8_ACTIVATION_FORMATS and g.config.graph.int8_activations
+            and _texel_ok(g, x, m * k * 4, 16))
+    tokens = min(LINEAR_TOKENS_INT8 if int8 else LINEAR_TOKENS_CPU, m) if cpu else 1
     rows = _cpu_rows(g, LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_TILE_ROWS_CPU) if tokens > 1
                      else LINEAR_ROWS_CPU, n, m, tokens) if cpu else 1
     local = _cpu_local(g) if cpu else LOCAL_SIZE
-    if norm is not None and tokens > 1:  # tiles would normalize each token again: once, apart
+    if int8:  # x in int8 (and normalized) once, for every tile
+        x, norm = _q8_pairs(g, x, m, k, norm), None
+    elif norm is not None and tokens > 1:  # tiles would normalize each token again: once, apart
         x, norm = _normed(g, x, norm), None
-    x_texel = tokens > 1 and _texel_ok(g, x, m * k * 4, 16)
+    x_texel = tokens > 1 and _texel_ok(g, x, g.values[x].nbytes, 16)
     extra = [_buffer(g, residual, "linear residual")[0]] if residual is not None else []
     weights = 1 if up is None else 2
     gamma, eps = _norm_weight(g, norm, k) if norm is not None else (None, 0.0)
     at = 3 + len(extra) + (up is not None)  # the norm's weight's binding
     g_texel = cpu and gamma is not None and _texel_ok(g, gamma, k * 4, 16)
-    fmt, planes = QUANT_LAYOUTS[w.layout], w.layout != QUANT_LAYOUTS[w.layout]
     word = "rgba32ui" if planes else "r32ui"  # the weight's texels: 16 bytes of a block's quants, or a word
     for r0, r1, wb in _one_window(g, w_ref, n, "linear"):
         texel = cpu and _texel_ok(g, wb, w.nbytes, 16 if planes else 4) and not (
@@ -388,14 +398,34 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                      "TEXEL": int(texel), "X_TEXEL": int(x_texel), "RESIDUAL": len(extra),
                                      "GATED": int(up is not None), "NORM": int(gamma is not None),
                                      "G_TEXEL": int(g_texel), "HEAD_AT": heads,
-                                     "PAIRS": int(tokens > 1 and g.device.renderer in DOT_PAIRS_RENDERERS),
+                                     "PAIRS": int(tokens > 1 and not int8 and g.device.renderer in DOT_PAIRS_RENDERERS),
+                                     "Q8X": int(int8),
                                      "Y4": _stores_vec4(tokens, rows, n, r0, r1)},
-                                    texels=({1: "rgba32f"} if x_texel else {}) | ({2: word} if texel else {})
-                                    | ({3: word} if texel and up is not None else {})
+                                    texels=({1: "rgba32ui" if int8 else "rgba32f"} if x_texel else {})
+                                    | ({2: word} if texel else {}) | ({3: word} if texel and up is not None else {})
                                     | ({at: "rgba32f"} if g_texel else {})
                                     | {i: "r32ui" for i in range(heads, len(args) if heads else 0)},
                                     weight_passes=-(-m // tokens), weights=weights,
                                     linear_shape=(m, weights * (r1 - r0), k), invocations=work))
+
+
+def _q8_pairs(g: ComputeGraph, x: ValueRef, m: int, k: int, norm: Norm | None) -> ValueRef:
+    """x [m, k] (RMS-normalized first with ``norm``) in glsl/q8_pairs.glsl's int8 form, as the
+    tiles of Q4 weights in planes read it where ``graph.int8_activations`` is on (linear_quant.glsl
+    Q8X): the quants of ceil(m / 2) pairs of tokens, a word of two per value, then the scales of
+    each pair's blocks. Two tokens' products come from one 32-bit integer multiply, where float32
+    takes a multiply and an add for one: SmolLM2's 64-token prompt with and without, one process,
+    min of 8 batches, lavapipe (AVX2) 562 -> 419 ms (tiles of 8 tokens both) and 438 -> 327, 570 ->
+    426 (16); SwiftShader 3463 -> 2276 (8). An invocation per pair of tokens (dispatch_groups)."""
+    pairs = (m + 1) // 2
+    q = g.add_tensor((pairs * k + pairs * (k // 32) * 4,), np.int32)
+    gamma, eps = _norm_weight(g, norm, k) if norm is not None else (None, 0.0)
+    local = _cpu_local(g)
+    g.add_dispatch(DispatchNode("q8_pairs", [q, x, *([gamma] if gamma is not None else [])],
+                                struct.pack("<IIf", m, k, eps), {0: local},
+                                (dispatch_groups(pairs, local, g.max_groups_x), 1, 1), {"NORM": int(gamma is not None)},
+                                texels={1: "rgba32f", **({2: "rgba32f"} if gamma is not None else {})}))
+    return q
 
 
 def stacked_linear(g: ComputeGraph, x: ValueRef, weights: Sequence[ValueRef], norm: Norm | None = None) -> ValueRef:

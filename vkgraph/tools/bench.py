@@ -235,6 +235,8 @@ class DecodeResult:
     profile: dict[str, tuple[float, int]] = field(default_factory=dict)
     #: {op kind: (GPU seconds, dispatches)} of the prompt's last prefill batch, largest first (--profile)
     prefill_profile: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: whether the prompt's batches multiplied int8 activations (config graph.int8_activations)
+    int8_activations: bool = False
 
 
 def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: str | None = None, *,
@@ -287,7 +289,7 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
         per_token = sum(1 for n in s.graph.execute_nodes if n.entry == "")
         return DecodeResult(model, s.report.device, prompt_tokens, new_tokens, batched, plan, repeat,
                             prompt_tokens / min(prompts), new_tokens / min(decodes), prompts[0], per_token, prof,
-                            prefill_prof)
+                            prefill_prof, any(n.shader == "q8_pairs" for n in s.graph.execute_nodes))
 
 
 @dataclass
