@@ -374,7 +374,7 @@ def test_int8_activations(device, compiler, fmt, m):
     q8_pairs dispatch: its words and scales as numpy's, and the linears (plain, with a residual,
     gated, stacked, normalized) as numpy's on those int8 values, a partial tile and an odd token
     among them; tiles run over rows of workgroups past the x limit (2 here). One token, Q8_0 and
-    the GPU layout multiply float32."""
+    GPUs (no tiles) multiply float32."""
     from vkgraph.config import GraphConfig
     from vkgraph.ggml import int8_activations
 
