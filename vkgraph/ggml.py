@@ -33,14 +33,20 @@ BY_GGML_TYPE: dict[str, BlockFormat] = {f.ggml_type: f for f in FORMATS.values()
 INT8_ACTIVATION_FORMATS = ("q4_0", "q4_1")
 
 
-def int8_activations(x: np.ndarray) -> np.ndarray:
-    """``x`` [..., K] (K a multiple of 32) as a CPU renderer's tiles of Q4 weights multiply it
-    (config graph.int8_activations; glsl/q8_pairs.glsl), llama.cpp's scheme for activations: each
-    block of 32 values scaled by d = max|x| / 127, rounded half to even to int8, times d again;
-    in float32, as the shader computes it."""
-    x = np.asarray(x, np.float32)
-    xb = x.reshape(*x.shape[:-1], -1, BLOCK_WEIGHTS)
+def int8_blocks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` [..., K] (K a multiple of 32) in llama.cpp's int8 scheme for activations, as a CPU
+    renderer's tiles of Q4 weights multiply it (config graph.int8_activations; glsl/q8_pairs.glsl):
+    each block of 32 values scaled by d = max|x| / 127 and rounded half to even. Returns the
+    integers [..., K / 32, 32] (int32) and each block's d [..., K / 32, 1], in float32 as the
+    shader computes them."""
+    xb = np.asarray(x, np.float32).reshape(*np.shape(x)[:-1], -1, BLOCK_WEIGHTS)
     amax = np.abs(xb).max(-1, keepdims=True)
     with np.errstate(divide="ignore"):
         inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
-    return (np.rint(xb * inv) * (amax / np.float32(127))).reshape(x.shape)
+    return np.rint(xb * inv).astype(np.int32), amax / np.float32(127)
+
+
+def int8_activations(x: np.ndarray) -> np.ndarray:
+    """``x`` as the tiles multiply it: :func:`int8_blocks`' integers times their d (float32)."""
+    q, d = int8_blocks(x)
+    return (q.astype(np.float32) * d).reshape(np.shape(x))

@@ -7,7 +7,7 @@ from gguf.quants import dequantize, quantize
 
 from vkgraph import ops
 from vkgraph.graph import ComputeGraph
-from vkgraph.ggml import FORMATS
+from vkgraph.ggml import FORMATS, int8_blocks
 
 QTYPES = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
           "q8_0": gguf.GGMLQuantizationType.Q8_0}
@@ -357,11 +357,8 @@ def ref_q8_pairs(x, gamma=None, eps=0.0):
     m, k = x.shape
     if m % 2:
         x = np.concatenate([x, np.zeros((1, k), np.float32)])
-    xb = x.reshape(-1, k // 32, 32)
-    amax = np.abs(xb).max(-1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        q = np.rint(xb * np.where(amax > 0, np.float32(127) / amax, 0).astype(np.float32)).astype(np.int32)
-    d = (amax / np.float32(127))[..., 0]
+    q, d = int8_blocks(x)
+    d = d[..., 0]
     words = (q[0::2] + (q[1::2] << 16)).reshape(-1)
     scales = np.stack([d[0::2], d[0::2] * q[0::2].sum(-1), d[1::2], d[1::2] * q[1::2].sum(-1)], -1).astype(np.float32)
     return np.concatenate([words, scales.reshape(-1).view(np.int32)])
