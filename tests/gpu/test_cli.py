@@ -139,6 +139,26 @@ def test_device_option_picks_the_device_for_the_command_only(device, cache_dir, 
     assert "no Vulkan device matches 'no-such-gpu'; available: " in capsys.readouterr().err
 
 
+def test_validate_warns_of_a_profile_measured_under_another_name(device, tmp_path, capsys):
+    """A profile of the device's renderer but another device name (lavapipe at another SIMD
+    width, say) is used, with a warning naming both: a CPU renderer's rates are its host's."""
+    import argparse
+
+    from vkgraph.cli.simulate import _validate_profile
+    from vkgraph.paths import PROFILE_DIR
+    from vkgraph.tools.simulate import load_profile
+
+    text = (PROFILE_DIR / f"{device.renderer}.toml").read_text()
+    other = tmp_path / "other.toml"
+    other.write_text(text.replace('name = "', 'name = "elsewhere: ', 1))
+    assert _validate_profile(argparse.Namespace(device=None, profile=str(other))) == str(other)
+    err = capsys.readouterr().err
+    assert "warning:" in err and "elsewhere: " in err and repr(device.name) in err
+    _validate_profile(argparse.Namespace(device=None, profile=None))  # the renderer's own profile
+    own = load_profile(device.renderer).name
+    assert ("warning:" in capsys.readouterr().err) == (own != device.name)
+
+
 def test_validate_refuses_a_profile_of_another_device(device, capsys):
     """--validate prices loads with the profile of the device it measures (by default
     profiles/<renderer>.toml); one calibrated elsewhere is refused before anything is measured."""
