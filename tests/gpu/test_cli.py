@@ -148,6 +148,8 @@ def test_validate_warns_of_a_profile_measured_under_another_name(device, tmp_pat
     from vkgraph.paths import PROFILE_DIR
     from vkgraph.tools.simulate import load_profile
 
+    if not (PROFILE_DIR / f"{device.renderer}.toml").is_file():
+        pytest.skip(f"no profile is shipped for {device.renderer}")
     text = (PROFILE_DIR / f"{device.renderer}.toml").read_text()
     other = tmp_path / "other.toml"
     other.write_text(text.replace('name = "', 'name = "elsewhere: ', 1))
@@ -157,6 +159,17 @@ def test_validate_warns_of_a_profile_measured_under_another_name(device, tmp_pat
     _validate_profile(argparse.Namespace(device=None, profile=None))  # the renderer's own profile
     own = load_profile(device.renderer).name
     assert ("warning:" in capsys.readouterr().err) == (own != device.name)
+
+
+def test_validate_without_a_profile_for_the_device_says_to_calibrate_one(device, tmp_path, monkeypatch, capsys):
+    """A device none is shipped for (NVIDIA's driver, say) gets a clear error naming it and the
+    way to measure its profile, not a missing file named after its driver."""
+    monkeypatch.setattr("vkgraph.paths.PROFILE_DIR", tmp_path)  # as if none were shipped for this device
+    for extra in ([], ["--decode"]):
+        assert cli.main(["simulate", "--validate", "--models", "synthetic:4", *extra]) == 1
+        err = capsys.readouterr().err
+        assert f"--profile: no profile is shipped for {device.name!r} (renderer {device.renderer!r})" in err
+        assert "vkgraph simulate --calibrate --out <file>" in err
 
 
 def test_validate_refuses_a_profile_of_another_device(device, capsys):

@@ -28,21 +28,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _validate_profile(args: argparse.Namespace) -> str:
     """--validate's profile: --profile, else the one calibrated on the device it measures
-    (profiles/<renderer>.toml). A profile of another renderer is refused: its rates are not that
-    device's, and every error it printed would be the difference between two devices. One of the
+    (profiles/<renderer>.toml; a device none is shipped for, a discrete GPU say, needs --profile).
+    A profile of another renderer is refused: its rates are not that device's, and every error it
+    printed would be the difference between two devices. One of the
     same renderer under another name (lavapipe at another SIMD width or LLVM) is used with a
     warning on stderr: a CPU renderer's rates are its host's (profiles/lavapipe.toml, measured at
     512 bits on an AVX-512 host, put SmolLM2's prompt at 3.8x the speed lavapipe measured at 256
     bits on an AVX2 host)."""
     from ..errors import ConfigError
+    from ..paths import PROFILE_DIR
     from ..runtime import Device
     from ..tools.simulate import load_profile
 
     with Device(args.device) as dev:
         renderer, name = dev.renderer, dev.name
-    if args.profile is None and not renderer:
-        raise ConfigError(None, "--profile", f"no profile for {name!r}: measure one with "
-                                             "vkgraph simulate --calibrate --out <file>")
+    if args.profile is None and not (renderer and (PROFILE_DIR / f"{renderer}.toml").is_file()):
+        raise ConfigError(None, "--profile", f"no profile is shipped for {name!r} (renderer {renderer!r}): measure "
+                                             "one with vkgraph simulate --calibrate --out <file>, then pass --profile <file>")
     chosen = args.profile or renderer
     profile = load_profile(chosen)
     if profile.renderer != renderer or (not renderer and profile.name != name):
