@@ -1,9 +1,9 @@
 #version 450
 // y[m][n0 + n] = x[m][:] . W[n][:] for the N rows of W bound here (a window starting at row n0
 // of a larger weight; ldy is y's row length), W the file's GGML blocks (quant_blocks.h). Each
-// invocation computes ROWS consecutive rows for TOKENS consecutive m (1 and 1 on GPUs; more on
-// CPU renderers, where a weight block decoded once serves TOKENS tokens and the x values loaded
-// once serve ROWS rows), dequantizing four weights per 32-bit word.
+// invocation computes ROWS consecutive rows for TOKENS consecutive m (on GPUs a row, for
+// ops.LINEAR_TOKENS_GPU tokens of a batch; more rows on CPU renderers): a weight block decoded once
+// serves TOKENS tokens and the x values loaded once serve ROWS rows; four weights per 32-bit word.
 // TEXEL reads W, X_TEXEL x, as a uniform texel buffer: lavapipe runs a storage-buffer load inside
 // a loop as a loop over its SIMD lanes, a texel fetch as one gather. RESIDUAL adds res (shaped as
 // y) to y. GATED (a Llama MLP's gate and up projections in one dispatch, x read once for both):
@@ -328,7 +328,7 @@ vec4 nibbles_hi(uint w) { return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0x
 #endif
 
 #if TOKENS == 1
-// One token at a time (decode, and GPUs): x's block loaded once for the ROWS rows, every m in turn.
+// One token at a time (decode): x's block loaded once for the ROWS rows, every m in turn.
 // Kept apart from the tiled form below: SwiftShader's compiler keeps the tiled form's small
 // arrays in memory (its GEMV ran 1.8x slower that way).
 void main() {
@@ -387,7 +387,7 @@ void main() {
     }
 }
 #else
-// Tiles of ROWS rows x TOKENS tokens (a batched prompt on CPU renderers).
+// Tiles of ROWS rows x TOKENS tokens (a batched prompt).
 #define TOKEN_PAIRS ((TOKENS + 1) / 2)
 void main() {
     uint nb = K / 32u;

@@ -31,6 +31,13 @@ LINEAR_TOKENS_CPU = 8
 #: 64-token prompt, 16 against 8 in one process (min of 8 batches): lavapipe (AVX2) 413 -> 374 and
 #: 388 -> 330 ms, SwiftShader 2970 -> 2441 ms
 LINEAR_TOKENS_INT8 = 16
+#: tokens per invocation of a GGML-quantized linear over a batch on GPUs (a row an invocation),
+#: each weight block decoded once for them. Before, an invocation per row looped over all the
+#: batch's tokens: an H100's 64-token SmolLM2 batch spent 92.5 ms in its 121 linears (1.44 ms a
+#: token against a decode step's 3.26; a 576-row linear was 9 workgroups). With the GPU kernels
+#: forced on lavapipe that prompt took 85.1 s, 5.6 s in tiles of 8 (logits within 4.2e-5); the
+#: tiles' speed on a GPU is not measured yet
+LINEAR_TOKENS_GPU = 8
 #: rows per invocation of a GGML-quantized linear's tiles (several tokens on a CPU renderer),
 #: whose rows loop is unrolled (glsl/linear_quant.glsl). lavapipe, SmolLM2's linears at 32 tokens
 #: in one process, GPU ms min (median), against 32 rows rolled: q4_0 9.8 (10.1) against 11.9
@@ -355,7 +362,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     one that large (a one-token linear's weight not on GEMV_STORAGE_RENDERERS): lavapipe runs a
     storage-buffer load inside a loop as a loop over the SIMD lanes, a texel fetch as one gather
     (glsl/linear_quant.glsl; figures in benchmarks/gemv.py). On GPUs an invocation computes one
-    row. ``residual`` is added to y; with ``up`` (a second weight of w's format and shape, within
+    row, for LINEAR_TOKENS_GPU tokens of a batch. ``residual`` is added to y; with ``up`` (a second weight of w's format and shape, within
     one binding) y is silu(x . w) * (x . up) (gated_linear); with ``norm`` x is RMS-normalized
     on the way in: in the same dispatch one token at a time, in one before it for tiles. With
     config ``graph.int8_activations`` tiles of Q4 weights in planes multiply x in int8, made (and
@@ -365,7 +372,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     fmt, planes = QUANT_LAYOUTS[w.layout], w.layout != QUANT_LAYOUTS[w.layout]  # planes: on CPU renderers
     int8 = (m > 1 and planes and fmt in INT8_ACTIVATION_FORMATS and g.config.graph.int8_activations
             and _texel_ok(g, x, m * k * 4, 16))
-    tokens = min(LINEAR_TOKENS_INT8 if int8 else LINEAR_TOKENS_CPU, m) if cpu else 1
+    tokens = min(LINEAR_TOKENS_INT8 if int8 else LINEAR_TOKENS_CPU, m) if cpu else min(LINEAR_TOKENS_GPU, m)
     rows = _cpu_rows(g, LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_TILE_ROWS_CPU) if tokens > 1
                      else LINEAR_ROWS_CPU, n, m, tokens) if cpu else 1
     local = _cpu_local(g) if cpu else LOCAL_SIZE
