@@ -30,11 +30,10 @@ def _validate_profile(args: argparse.Namespace) -> str:
     """--validate's profile: --profile, else the one calibrated on the device it measures
     (profiles/<renderer>.toml; a device none is shipped for, a discrete GPU say, needs --profile).
     A profile of another renderer is refused: its rates are not that device's, and every error it
-    printed would be the difference between two devices. One of the
-    same renderer under another name (lavapipe at another SIMD width or LLVM) is used with a
-    warning on stderr: a CPU renderer's rates are its host's (profiles/lavapipe.toml, measured at
-    512 bits on an AVX-512 host, put SmolLM2's prompt at 3.8x the speed lavapipe measured at 256
-    bits on an AVX2 host)."""
+    printed would be the difference between two devices. One of the same renderer under another
+    name (lavapipe at another SIMD width or LLVM) is used with a warning on stderr: a CPU
+    renderer's rates are its host's (profiles/lavapipe.toml, measured at 512 bits on an AVX-512
+    host, put SmolLM2's prompt at 3.8x the speed lavapipe measured at 256 bits on an AVX2 host)."""
     from ..errors import ConfigError
     from ..paths import PROFILE_DIR
     from ..runtime import Device

@@ -362,11 +362,12 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     one that large (a one-token linear's weight not on GEMV_STORAGE_RENDERERS): lavapipe runs a
     storage-buffer load inside a loop as a loop over the SIMD lanes, a texel fetch as one gather
     (glsl/linear_quant.glsl; figures in benchmarks/gemv.py). On GPUs an invocation computes one
-    row, for LINEAR_TOKENS_GPU tokens of a batch. ``residual`` is added to y; with ``up`` (a second weight of w's format and shape, within
-    one binding) y is silu(x . w) * (x . up) (gated_linear); with ``norm`` x is RMS-normalized
-    on the way in: in the same dispatch one token at a time, in one before it for tiles. With
-    config ``graph.int8_activations`` tiles of Q4 weights in planes multiply x in int8, made (and
-    normalized) by a dispatch before them (_q8_pairs), LINEAR_TOKENS_INT8 tokens an invocation."""
+    row, for LINEAR_TOKENS_GPU tokens of a batch. ``residual`` is added to y; with ``up`` (a
+    second weight of w's format and shape, within one binding) y is silu(x . w) * (x . up)
+    (gated_linear); with ``norm`` x is RMS-normalized on the way in: in the same dispatch one
+    token at a time, in one before it for tiles. With config ``graph.int8_activations`` tiles of
+    Q4 weights in planes multiply x in int8, made (and normalized) by a dispatch before them
+    (_q8_pairs), LINEAR_TOKENS_INT8 tokens an invocation."""
     w = g.values[w_ref]
     cpu = CPU_KERNELS and g.device.is_cpu
     fmt, planes = QUANT_LAYOUTS[w.layout], w.layout != QUANT_LAYOUTS[w.layout]  # planes: on CPU renderers
