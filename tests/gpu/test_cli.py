@@ -145,12 +145,12 @@ def test_validate_warns_of_a_profile_measured_under_another_name(device, tmp_pat
     import argparse
 
     from vkgraph.cli.simulate import _validate_profile
-    from vkgraph.paths import PROFILE_DIR
-    from vkgraph.tools.simulate import load_profile
+    from vkgraph.tools.simulate import load_profile, shipped_profile
 
-    if not (PROFILE_DIR / f"{device.renderer}.toml").is_file():
+    shipped = shipped_profile(device.renderer)
+    if shipped is None:
         pytest.skip(f"no profile is shipped for {device.renderer}")
-    text = (PROFILE_DIR / f"{device.renderer}.toml").read_text()
+    text = shipped.read_text()
     other = tmp_path / "other.toml"
     other.write_text(text.replace('name = "', 'name = "elsewhere: ', 1))
     assert _validate_profile(argparse.Namespace(device=None, profile=str(other))) == str(other)
@@ -164,7 +164,7 @@ def test_validate_warns_of_a_profile_measured_under_another_name(device, tmp_pat
 def test_validate_without_a_profile_for_the_device_says_to_calibrate_one(device, tmp_path, monkeypatch, capsys):
     """A device none is shipped for (NVIDIA's driver, say) gets a clear error naming it and the
     way to measure its profile, not a missing file named after its driver."""
-    monkeypatch.setattr("vkgraph.paths.PROFILE_DIR", tmp_path)  # as if none were shipped for this device
+    monkeypatch.setattr("vkgraph.tools.simulate.PROFILE_DIR", tmp_path)  # as if none were shipped for this device
     for extra in ([], ["--decode"]):
         assert cli.main(["simulate", "--validate", "--models", "synthetic:4", *extra]) == 1
         err = capsys.readouterr().err

@@ -5,7 +5,7 @@ import pytest
 
 from vkgraph import cli
 from vkgraph.models.llama import LlamaSession
-from vkgraph.paths import PROFILE_DIR
+from vkgraph.tools.simulate import shipped_profile
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +112,7 @@ def test_run_model_records_what_a_session_dispatches_and_validates(device, smoll
 
     pred = simulate_decode("smollm2", load_profile("lavapipe"), 5)
     assert pred.step.dispatches == 30 * 6 + 2 and pred.prefill.by_kind["linear_quant"][1] == 121
-    if not (PROFILE_DIR / f"{device.renderer}.toml").is_file():
+    if shipped_profile(device.renderer) is None:
         pytest.skip(f"no profile is shipped for {device.renderer}: --validate needs one")
     assert cli.main(["simulate", "--validate", "--decode", "--repeat", "1", "--prompt-tokens", "5",
                      "--new-tokens", "2", "--json"]) == 0

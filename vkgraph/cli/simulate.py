@@ -35,13 +35,12 @@ def _validate_profile(args: argparse.Namespace) -> str:
     renderer's rates are its host's (profiles/lavapipe.toml, measured at 512 bits on an AVX-512
     host, put SmolLM2's prompt at 3.8x the speed lavapipe measured at 256 bits on an AVX2 host)."""
     from ..errors import ConfigError
-    from ..paths import PROFILE_DIR
     from ..runtime import Device
-    from ..tools.simulate import load_profile
+    from ..tools.simulate import load_profile, shipped_profile
 
     with Device(args.device) as dev:
         renderer, name = dev.renderer, dev.name
-    if args.profile is None and not (renderer and (PROFILE_DIR / f"{renderer}.toml").is_file()):
+    if args.profile is None and shipped_profile(renderer) is None:
         raise ConfigError(None, "--profile", f"no profile is shipped for {name!r} (renderer {renderer!r}): measure "
                                              "one with vkgraph simulate --calibrate --out <file>, then pass --profile <file>")
     chosen = args.profile or renderer

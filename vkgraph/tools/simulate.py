@@ -136,6 +136,12 @@ class Profile:
         return self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps)) * GB
 
 
+def shipped_profile(name: str) -> Path | None:
+    """profiles/<name>.toml where vkgraph ships one (a renderer's: ``lavapipe``), else None."""
+    p = PROFILE_DIR / f"{name}.toml"
+    return p if name and p.is_file() else None
+
+
 def load_profile(path: str | Path) -> Profile:
     """A profile from TOML: a path, or a name in profiles/ (``lavapipe``)."""
     p = Path(path)
