@@ -18,14 +18,16 @@ demo: install
 	$(BIN)/vkgraph run --model smollm2 --chat --prompt "What is the capital of France?" --max-new-tokens 24
 
 # The packages installed above include lavapipe, SwiftShader and the models, so a missing device
-# or model is a failure here, not a skip. The device-free tests run once, the GPU suite once per
-# renderer, the renderers' passes at the same time (scripts/gpu_suites.sh: on 2 cores 450 s
-# against 703 one after the other, in runs 40 minutes apart).
+# or model is a failure here, not a skip. The device-free tests run once, then the GPU suite once
+# per renderer under the validation layer with synchronization validation on (test-validation):
+# any message fails the test that caused it. The renderers' passes run at the same time
+# (scripts/gpu_suites.sh: on 2 cores 450 s against 703 one after the other, in runs 40 minutes
+# apart).
 test: install
 	$(REQUIRE) $(BIN)/python -m pytest tests --ignore=tests/gpu
-	$(REQUIRE) scripts/gpu_suites.sh $(BIN)/python $(RENDERERS)
+	@$(MAKE) --no-print-directory test-validation
 
-# The GPU suite again with the validation layer's synchronization validation on (best-practices
+# The GPU suite alone, with the validation layer's synchronization validation on (best-practices
 # checks off); any message fails the test that caused it.
 test-validation: install
 	VKGRAPH_SYNC_VALIDATION=1 $(REQUIRE) scripts/gpu_suites.sh $(BIN)/python $(RENDERERS)
