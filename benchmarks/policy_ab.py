@@ -3,7 +3,8 @@ LINEAR_TOKENS_GPU, CPU_KERNELS, ...) on SmolLM2: one session per variant, built 
 constants set, all in one process, then rounds of a prompt batch and decode steps with the
 variants' order reversed every other round (a host's speed drifts within minutes: the README's
 A/B figures are taken this way). Prints each variant's batch and step wall time (min and median
-over the rounds), the GPU ms per op kind of its last batch and step with --profile, and how far
+over the rounds), with --profile the median over the rounds of each op kind's GPU ms in a batch
+and in a round's last step (timestamps after every dispatch slow small ones), and how far
 its logits are from the first variant's (a change of policy must not change the results beyond
 float rounding).
 
@@ -79,7 +80,7 @@ def main() -> int:
         batch: dict[str, list[float]] = {t: [] for t in sessions}
         step: dict[str, list[float]] = {t: [] for t in sessions}
         logits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        profiles: dict[str, tuple[dict, dict]] = {}
+        profiles: dict[str, list[tuple[dict, dict]]] = {t: [] for t in sessions}
         for r in range(args.rounds):
             order = list(sessions.items())
             for text, s in order if r % 2 == 0 else order[::-1]:
@@ -89,10 +90,10 @@ def main() -> int:
                 prof_batch = s.graph.execute_profile() if args.profile else {}
                 t0 = time.perf_counter()
                 for i in range(args.steps):
-                    after_steps = s.step(ids[i], args.prompt_tokens + i)
+                    after_steps = s.step(ids[i % len(ids)], args.prompt_tokens + i)
                 step[text].append((time.perf_counter() - t0) / args.steps)
                 logits[text] = (after_prompt, after_steps)
-                profiles[text] = (prof_batch, s.graph.execute_profile() if args.profile else {})
+                profiles[text].append((prof_batch, s.graph.execute_profile() if args.profile else {}))
         ref = logits[next(iter(sessions))]
         ms = lambda xs: f"{min(xs) * 1e3:.1f} / {statistics.median(xs) * 1e3:.1f}"  # noqa: E731
         print("| variant | batch ms (min / median) | step ms (min / median) | max logit difference |")
@@ -101,10 +102,12 @@ def main() -> int:
             diff = max(float(np.abs(a - b).max()) for a, b in zip(logits[text], ref))
             print(f"| {text} | {ms(batch[text])} | {ms(step[text])} | {diff:.1e} |")
         if args.profile:
-            for text, (pb, ps) in profiles.items():
-                top = lambda p: ", ".join(f"{k} {v[0] * 1e3:.2f}" for k, v in  # noqa: E731
-                                          sorted(p.items(), key=lambda kv: -kv[1][0])[:4])
-                print(f"\n{text}: last batch GPU ms {top(pb)}; last step {top(ps)}")
+            for text, rounds in profiles.items():
+                def top(which: int) -> str:
+                    kinds = {k for r in rounds for k in r[which]}
+                    med = {k: statistics.median(r[which].get(k, (0.0, 0))[0] for r in rounds) for k in kinds}
+                    return ", ".join(f"{k} {v * 1e3:.2f}" for k, v in sorted(med.items(), key=lambda kv: -kv[1])[:4])
+                print(f"\n{text}: GPU ms (medians) a batch: {top(0)}; a step: {top(1)}")
     finally:
         for s in sessions.values():
             s.close()
