@@ -56,6 +56,8 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="GPU time per op kind (timestamps after every dispatch)")
     ap.add_argument("--device", default=None, help="renderer (lavapipe, swiftshader) or device-name substring")
     args = ap.parse_args()
+    if min(args.rounds, args.steps, args.prompt_tokens) < 1:
+        ap.error("--rounds, --steps and --prompt-tokens must be >= 1")
     if args.device:
         os.environ["VKGRAPH_DEVICE"] = args.device
     from vkgraph.models.llama import LlamaSession  # after VKGRAPH_DEVICE is set
