@@ -39,25 +39,25 @@ def test_a_linear_streams_its_weight_per_tile_and_other_kernels_their_bytes():
 
 
 def test_a_linear_on_a_cpu_renderer_is_priced_in_whole_waves_of_simd_batches():
-    """Hand-worked: a one-token quantized linear of 576 rows on a 2-thread CPU renderer is 18
-    invocations of LINEAR_ROWS_CPU (32) rows in workgroups of CPU_LOCAL (8): 3 batches, which 2
-    threads run in 2 waves, so it costs 32 invocations' time; 512 rows fill 2 batches, one wave;
+    """Hand-worked: a one-token quantized linear of 576 rows on a 2-thread CPU renderer is 9
+    invocations of GEMV_ROWS_CPU (64) rows in workgroups of CPU_LOCAL (8): 2 batches, which 2
+    threads run in one wave, so it costs 16 invocations' time; 1024 rows fill 2 batches exactly;
     on a GPU (threads 0) nothing is scaled."""
     import numpy as np
 
     profile = dataclasses.replace(PROFILE, execute=RATES, simd_width=8)  # lavapipe at 256 bits
     g = ComputeGraph.recording(facts=device_facts(profile))
     x = g.add_input((1, 256), np.float32, "x")
-    for rows in (576, 512):
+    for rows in (576, 1024):
         ops.linear(g, x, g.add_tensorref(np.zeros((rows, 8 * 18), np.uint8), f"w{rows}", quant="q4_0"))
-    n576, n512 = g.execute_nodes
-    assert (ops.LINEAR_ROWS_CPU, ops.CPU_LOCAL) == (32, 8)
-    assert waves_factor(n576, 2) == pytest.approx(32 / 18)
-    assert waves_factor(n512, 2) == 1.0
+    n576, n1024 = g.execute_nodes
+    assert (ops.GEMV_ROWS_CPU, ops.CPU_LOCAL) == (64, 8)
+    assert waves_factor(n576, 2) == pytest.approx(16 / 9)
+    assert waves_factor(n1024, 2) == 1.0
     assert waves_factor(n576, 0) == 1.0
     wbytes = g.values[n576.args[2]].nbytes
     threaded = dataclasses.replace(RATES, threads=2)
-    assert dispatch_seconds(g, n576, threaded) == pytest.approx(6e-5 + 32 / 18 * (576 * 1e-7 + wbytes / 2e9))
+    assert dispatch_seconds(g, n576, threaded) == pytest.approx(6e-5 + 16 / 9 * (576 * 1e-7 + wbytes / 2e9))
     assert dispatch_seconds(g, n576, RATES) == pytest.approx(6e-5 + 576 * 1e-7 + wbytes / 2e9)
 
 
@@ -153,12 +153,16 @@ def test_decode_prediction_refuses_what_it_cannot_model(tmp_path):
 def test_cpu_kernels_fill_the_renderers_vectors():
     """Workgroups of a CPU renderer's SIMD width where it is wider than CPU_LOCAL (lavapipe at
     512 bits: 16), and linears too small to fill SMALL_LINEAR_GROUPS of them take half the rows
-    per invocation (SmolLM2's one-token 576-row linear: 36 invocations of 16 rows, not 18 of 32);
-    a 64-token prompt's tiles and the output head keep theirs; at 8 lanes nothing changes."""
+    per invocation (SmolLM2's one-token 576-row linear: 36 invocations of 16 rows, not 18 of
+    LINEAR_ROWS_CPU's 32: GEMV_ROWS_CPU's 64 are for workgroups of CPU_LOCAL); a 64-token prompt's
+    tiles and the output head keep theirs; at 8 lanes nothing changes. SwiftShader's one-token
+    linears take GEMV_ROWS' 32 rows."""
     import numpy as np
 
-    for simd, local, gemv_rows in ((8, 8, 32), (16, 16, 16), (4, 8, 32)):
-        g = ComputeGraph.recording(facts=device_facts(dataclasses.replace(PROFILE, simd_width=simd)))
+    for renderer, simd, local, gemv_rows in (("lavapipe", 8, 8, 64), ("lavapipe", 16, 16, 16), ("lavapipe", 4, 8, 64),
+                                             ("swiftshader", 4, 8, 32)):
+        g = ComputeGraph.recording(facts=device_facts(dataclasses.replace(PROFILE, simd_width=simd,
+                                                                          renderer=renderer)))
         x1, x64 = g.add_input((1, 576), np.float32, "x1"), g.add_input((64, 576), np.float32, "x64")
         w = g.add_tensorref(np.zeros((576, 18 * 20), np.uint8), "w", quant="q4_1")
         head = g.add_tensorref(np.zeros((49152, 18 * 20), np.uint8), "head", quant="q4_1")
@@ -168,7 +172,8 @@ def test_cpu_kernels_fill_the_renderers_vectors():
         gemv, tiles, out = g.execute_nodes
         assert {n.spec[0] for n in g.execute_nodes} == {local}
         assert gemv.defines["ROWS"] == gemv_rows and gemv.invocations == 576 // gemv_rows
-        assert tiles.defines["ROWS"] == ops.LINEAR_TILE_ROWS_CPU and out.defines["ROWS"] == ops.LINEAR_ROWS_CPU
+        assert tiles.defines["ROWS"] == ops.LINEAR_TILE_ROWS.get(renderer, ops.LINEAR_TILE_ROWS_CPU)
+        assert out.defines["ROWS"] == ops.GEMV_ROWS.get(renderer, ops.GEMV_ROWS_CPU if local == 8 else ops.LINEAR_ROWS_CPU)
 
 
 def test_a_batch_attends_with_the_heads_that_share_a_key_value_head_in_one_invocation():

@@ -26,6 +26,14 @@ LOCAL_SIZE = 64
 #: prompt); see _linear_quant and _linear_tiled
 CPU_LOCAL = 8
 LINEAR_ROWS_CPU = 32
+#: rows per invocation of a GGML-quantized linear over one token (decoding) on CPU renderers, and
+#: the renderers that take another number (GEMV_ROWS). lavapipe (AVX2), SmolLM2 decode steps, one
+#: process, 10 rounds of 16 steps each, either order: 64 rows against 32 40.5 / 53.0 against 49.2 /
+#: 61.6 ms (min / median) and 45.7 / 56.3 against 50.8 / 73.3, their linears' GPU time 59.2
+#: against 64.4 ms; SwiftShader slower at 64 (162 against 127 ms). In workgroups wider than
+#: CPU_LOCAL (lavapipe at 512 bits), where 64 rows are not measured: LINEAR_ROWS_CPU
+GEMV_ROWS_CPU = 64
+GEMV_ROWS = {"swiftshader": 32}
 LINEAR_TOKENS_CPU = 8
 #: tokens per invocation of tiles that multiply int8 activations (_q8_pairs), two a word: SmolLM2's
 #: 64-token prompt, 16 against 8 in one process (min of 8 batches): lavapipe (AVX2) 413 -> 374 and
@@ -355,9 +363,9 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
 def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
                   residual: ValueRef | None = None, up: ValueRef | None = None, norm: Norm | None = None) -> None:
     """The dispatches of a GGML-quantized linear, one per window of weight rows. On CPU renderers
-    (lavapipe, SwiftShader) an invocation computes LINEAR_ROWS_CPU rows of one token, or
-    LINEAR_TILE_ROWS_CPU rows (LINEAR_TILE_ROWS: per renderer) for up to LINEAR_TOKENS_CPU
-    tokens, so a weight block is decoded once for all of them and x read once for all rows; the
+    (lavapipe, SwiftShader) an invocation computes GEMV_ROWS_CPU rows of one token, or
+    LINEAR_TILE_ROWS_CPU rows for up to LINEAR_TOKENS_CPU tokens (GEMV_ROWS, LINEAR_TILE_ROWS:
+    per renderer), so a weight block is decoded once for all of them and x read once for all rows; the
     weight and x are read as uniform texel buffers where the device allows one that large (a
     one-token linear's weight not on GEMV_STORAGE_RENDERERS): lavapipe runs a storage-buffer load
     inside a loop as a loop over the SIMD lanes, a texel fetch as one gather
@@ -375,7 +383,8 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
             and _texel_ok(g, x, m * k * 4, 16))
     tokens = min(LINEAR_TOKENS_INT8 if int8 else LINEAR_TOKENS_CPU, m) if cpu else min(LINEAR_TOKENS_GPU, m)
     rows = _cpu_rows(g, LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_TILE_ROWS_CPU) if tokens > 1
-                     else LINEAR_ROWS_CPU, n, m, tokens) if cpu else 1
+                     else GEMV_ROWS.get(g.device.renderer, GEMV_ROWS_CPU if _cpu_local(g) == CPU_LOCAL
+                                        else LINEAR_ROWS_CPU), n, m, tokens) if cpu else 1
     local = _cpu_local(g) if cpu else LOCAL_SIZE
     if int8:  # x in int8 (and normalized) once, for every tile
         x, norm = _q8_pairs(g, x, m, k, norm), None
