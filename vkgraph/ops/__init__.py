@@ -30,7 +30,8 @@ LINEAR_ROWS_CPU = 32
 #: the renderers that take another number (GEMV_ROWS). lavapipe (AVX2), SmolLM2 decode steps, one
 #: process, 10 rounds of 16 steps each, either order: 64 rows against 32 40.5 / 53.0 against 49.2 /
 #: 61.6 ms (min / median) and 45.7 / 56.3 against 50.8 / 73.3, their linears' GPU time 59.2
-#: against 64.4 ms; SwiftShader slower at 64 (162 against 127 ms). In workgroups wider than
+#: against 64.4 ms; again a session later 36.0 / 43.1 against 42.1 / 50.6 and 43.1 / 47.9 against
+#: 48.4 / 59.9 (16 and 8 rows as 32); SwiftShader slower at 64 (162 against 127 ms). In workgroups wider than
 #: CPU_LOCAL (lavapipe at 512 bits), where 64 rows are not measured: LINEAR_ROWS_CPU
 GEMV_ROWS_CPU = 64
 GEMV_ROWS = {"swiftshader": 32}
