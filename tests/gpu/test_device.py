@@ -20,6 +20,20 @@ def test_device_facts(device):
         assert device.has_timeline_semaphore
 
 
+def test_a_cpu_renderer_knows_its_worker_threads(device, monkeypatch):
+    """One per CPU the process may run on, as the renderers start them; lavapipe's LP_NUM_THREADS
+    where set (0: the queue's thread alone, counted as one); 0 on a GPU."""
+    if not device.is_cpu:
+        assert device.cpu_threads == 0
+        return
+    monkeypatch.delenv("LP_NUM_THREADS", raising=False)
+    assert device.cpu_threads == len(os.sched_getaffinity(0))
+    if device.renderer == "lavapipe":
+        for value, threads in (("3", 3), ("0", 1)):
+            monkeypatch.setenv("LP_NUM_THREADS", value)
+            assert device.cpu_threads == threads
+
+
 def test_select_by_name_substring_is_case_insensitive(device):
     with Device(device.name[:4].swapcase(), validation=True) as other:
         assert other.name == device.name

@@ -39,26 +39,29 @@ def test_a_linear_streams_its_weight_per_tile_and_other_kernels_their_bytes():
 
 
 def test_a_linear_on_a_cpu_renderer_is_priced_in_whole_waves_of_simd_batches():
-    """Hand-worked: a one-token quantized linear of 576 rows on a 2-thread CPU renderer is 9
-    invocations of GEMV_ROWS_CPU (64) rows in workgroups of CPU_LOCAL (8): 2 batches, which 2
-    threads run in one wave, so it costs 16 invocations' time; 1024 rows fill 2 batches exactly;
-    on a GPU (threads 0) nothing is scaled."""
+    """Hand-worked: on a 2-thread CPU renderer in workgroups of CPU_LOCAL (8) a one-token
+    quantized linear of 600 rows takes 40 rows an invocation (ops._gemv_rows: a workgroup for
+    each thread, in multiples of 4 rows): 15 invocations, 2 batches, which the 2 threads run in
+    one wave, so it costs 16 invocations' time; 1024 rows take 64, 16 invocations exactly; 49152
+    rows GEMV_ROWS_CPU (128): 384 invocations, 48 batches in 24 waves. On a GPU (threads 0)
+    nothing is scaled."""
     import numpy as np
 
-    profile = dataclasses.replace(PROFILE, execute=RATES, simd_width=8)  # lavapipe at 256 bits
+    threaded = dataclasses.replace(RATES, threads=2)
+    profile = dataclasses.replace(PROFILE, execute=threaded, simd_width=8)  # lavapipe at 256 bits
     g = ComputeGraph.recording(facts=device_facts(profile))
     x = g.add_input((1, 256), np.float32, "x")
-    for rows in (576, 1024):
+    for rows in (600, 1024, 49152):
         ops.linear(g, x, g.add_tensorref(np.zeros((rows, 8 * 18), np.uint8), f"w{rows}", quant="q4_0"))
-    n576, n1024 = g.execute_nodes
-    assert (ops.GEMV_ROWS_CPU, ops.CPU_LOCAL) == (64, 8)
-    assert waves_factor(n576, 2) == pytest.approx(16 / 9)
-    assert waves_factor(n1024, 2) == 1.0
-    assert waves_factor(n576, 0) == 1.0
-    wbytes = g.values[n576.args[2]].nbytes
-    threaded = dataclasses.replace(RATES, threads=2)
-    assert dispatch_seconds(g, n576, threaded) == pytest.approx(6e-5 + 16 / 9 * (576 * 1e-7 + wbytes / 2e9))
-    assert dispatch_seconds(g, n576, RATES) == pytest.approx(6e-5 + 576 * 1e-7 + wbytes / 2e9)
+    n600, n1024, head = g.execute_nodes
+    assert (ops.GEMV_ROWS_CPU, ops.CPU_LOCAL) == (128, 8)
+    assert [(n.defines["ROWS"], n.invocations) for n in (n600, n1024, head)] == [(40, 15), (64, 16), (128, 384)]
+    assert waves_factor(n600, 2) == pytest.approx(16 / 15)
+    assert waves_factor(n1024, 2) == 1.0 and waves_factor(head, 2) == 1.0
+    assert waves_factor(n600, 0) == 1.0
+    wbytes = g.values[n600.args[2]].nbytes
+    assert dispatch_seconds(g, n600, threaded) == pytest.approx(6e-5 + 16 / 15 * (600 * 1e-7 + wbytes / 2e9))
+    assert dispatch_seconds(g, n600, RATES) == pytest.approx(6e-5 + 600 * 1e-7 + wbytes / 2e9)
 
 
 def test_decode_prediction_follows_the_session():
@@ -154,13 +157,14 @@ def test_cpu_kernels_fill_the_renderers_vectors():
     """Workgroups of a CPU renderer's SIMD width where it is wider than CPU_LOCAL (lavapipe at
     512 bits: 16), and linears too small to fill SMALL_LINEAR_GROUPS of them take half the rows
     per invocation (SmolLM2's one-token 576-row linear: 36 invocations of 16 rows, not 18 of
-    LINEAR_ROWS_CPU's 32: GEMV_ROWS_CPU's 64 are for workgroups of CPU_LOCAL); a 64-token prompt's
-    tiles and the output head keep theirs; at 8 lanes nothing changes. SwiftShader's one-token
-    linears take GEMV_ROWS' 32 rows."""
+    LINEAR_ROWS_CPU's 32); a 64-token prompt's tiles and the output head keep theirs. In
+    workgroups of CPU_LOCAL (8 lanes, or SwiftShader's 4 twice) one-token linears fill one
+    wave of the profile's 2 threads: 576 rows in 16 invocations of 36, the head 128 rows."""
     import numpy as np
 
-    for renderer, simd, local, gemv_rows in (("lavapipe", 8, 8, 64), ("lavapipe", 16, 16, 16), ("lavapipe", 4, 8, 64),
-                                             ("swiftshader", 4, 8, 32)):
+    assert PROFILE.execute.threads == 2
+    for renderer, simd, local, gemv_rows, head_rows in (("lavapipe", 8, 8, 36, 128), ("lavapipe", 16, 16, 16, 32),
+                                                        ("swiftshader", 4, 8, 36, 128)):
         g = ComputeGraph.recording(facts=device_facts(dataclasses.replace(PROFILE, simd_width=simd,
                                                                           renderer=renderer)))
         x1, x64 = g.add_input((1, 576), np.float32, "x1"), g.add_input((64, 576), np.float32, "x64")
@@ -173,7 +177,7 @@ def test_cpu_kernels_fill_the_renderers_vectors():
         assert {n.spec[0] for n in g.execute_nodes} == {local}
         assert gemv.defines["ROWS"] == gemv_rows and gemv.invocations == 576 // gemv_rows
         assert tiles.defines["ROWS"] == ops.LINEAR_TILE_ROWS.get(renderer, ops.LINEAR_TILE_ROWS_CPU)
-        assert out.defines["ROWS"] == ops.GEMV_ROWS.get(renderer, ops.GEMV_ROWS_CPU if local == 8 else ops.LINEAR_ROWS_CPU)
+        assert out.defines["ROWS"] == head_rows
 
 
 def test_a_batch_attends_with_the_heads_that_share_a_key_value_head_in_one_invocation():

@@ -38,6 +38,7 @@ class DeviceFacts:
         "minStorageBufferOffsetAlignment": 16, "maxStorageBufferRange": 2**32 - 1,
         "maxComputeWorkGroupCount": (65535, 65535, 65535), "maxImageDimension3D": 2048,
         "maxTexelBufferElements": 2**32 - 1, "minTexelBufferOffsetAlignment": 16})
+    cpu_threads: int = 0  # a CPU renderer's worker threads (Device.cpu_threads); 0: a GPU, or not known
 
 
 class ComputeGraph:

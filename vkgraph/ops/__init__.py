@@ -26,15 +26,18 @@ LOCAL_SIZE = 64
 #: prompt); see _linear_quant and _linear_tiled
 CPU_LOCAL = 8
 LINEAR_ROWS_CPU = 32
-#: rows per invocation of a GGML-quantized linear over one token (decoding) on CPU renderers, and
-#: the renderers that take another number (GEMV_ROWS). lavapipe (AVX2), SmolLM2 decode steps, one
-#: process, 10 rounds of 16 steps each, either order: 64 rows against 32 40.5 / 53.0 against 49.2 /
-#: 61.6 ms (min / median) and 45.7 / 56.3 against 50.8 / 73.3, their linears' GPU time 59.2
-#: against 64.4 ms; again a session later 36.0 / 43.1 against 42.1 / 50.6 and 43.1 / 47.9 against
-#: 48.4 / 59.9 (16 and 8 rows as 32); SwiftShader slower at 64 (162 against 127 ms). In workgroups wider than
-#: CPU_LOCAL (lavapipe at 512 bits), where 64 rows are not measured: LINEAR_ROWS_CPU
-GEMV_ROWS_CPU = 64
-GEMV_ROWS = {"swiftshader": 32}
+#: a GGML-quantized linear over one token (decoding) on CPU renderers, in workgroups of
+#: CPU_LOCAL: as few rows an invocation as make one wave of SIMD batches (a workgroup for each
+#: worker thread: _gemv_rows), at most GEMV_ROWS_CPU.
+#: lavapipe (AVX2), SmolLM2 decode steps in one process, 10 rounds of 16 steps each, either order:
+#: 64 rows against 32 36.0 / 43.1 ms (min / median) against 42.1 / 50.6 and 43.1 / 47.9 against
+#: 48.4 / 59.9 (16 and 8 rows ran as 32: more waves); a wave (576-row linears 36 rows, 1536-row
+#: ones 96) against 64 rows 27.2 / 32.4 against 30.7 / 36.5 and 28.0 / 30.8 against 31.2 / 34.4
+#: (the host's power management held at its lowest latency: /dev/cpu_dma_latency). SwiftShader
+#: ran 64 rows slower than 32 (162 against 127 ms), a wave faster: 136.9 / 145.3 -> 125.6 / 128.2
+#: and 125.0 / 141.7 -> 119.1 / 129.2. Workgroups wider than CPU_LOCAL (lavapipe at 512 bits),
+#: where none of this is measured, take LINEAR_ROWS_CPU (and _cpu_rows).
+GEMV_ROWS_CPU = 128
 LINEAR_TOKENS_CPU = 8
 #: tokens per invocation of tiles that multiply int8 activations (_q8_pairs), two a word: SmolLM2's
 #: 64-token prompt, 16 against 8 in one process (min of 8 batches): lavapipe (AVX2) 413 -> 374 and
@@ -110,6 +113,18 @@ def _cpu_rows(g: ComputeGraph, rows: int, n: int, m: int, tokens: int) -> int:
     if local > CPU_LOCAL and -(-n // rows) * -(-m // tokens) < SMALL_LINEAR_GROUPS * local:
         return max(4, rows * CPU_LOCAL // local)
     return rows
+
+
+def _gemv_rows(g: ComputeGraph, n: int) -> int:
+    """Rows per invocation of a one-token GGML linear of ``n`` rows on a CPU renderer: where its
+    workgroups are CPU_LOCAL wide, as few (a multiple of 4) as give each worker thread one
+    workgroup, so every thread runs one SIMD batch and none a second (SmolLM2's 576-row linears on
+    2 threads: 36 rows, 16 invocations; at 64 rows 9 invocations take as long, at 32 two waves), at
+    most GEMV_ROWS_CPU; in wider workgroups LINEAR_ROWS_CPU."""
+    if _cpu_local(g) != CPU_LOCAL:
+        return LINEAR_ROWS_CPU
+    wave = max(1, g.device.cpu_threads) * CPU_LOCAL
+    return min(GEMV_ROWS_CPU, -(-n // (4 * wave)) * 4)
 
 
 def _buffer(g: ComputeGraph, ref: ValueRef, what: str) -> tuple[ValueRef, Tensor]:
@@ -364,9 +379,9 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
 def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m: int, n: int, k: int,
                   residual: ValueRef | None = None, up: ValueRef | None = None, norm: Norm | None = None) -> None:
     """The dispatches of a GGML-quantized linear, one per window of weight rows. On CPU renderers
-    (lavapipe, SwiftShader) an invocation computes GEMV_ROWS_CPU rows of one token, or
-    LINEAR_TILE_ROWS_CPU rows for up to LINEAR_TOKENS_CPU tokens (GEMV_ROWS, LINEAR_TILE_ROWS:
-    per renderer), so a weight block is decoded once for all of them and x read once for all rows; the
+    (lavapipe, SwiftShader) an invocation computes rows of one token (_gemv_rows), or
+    LINEAR_TILE_ROWS_CPU rows for up to LINEAR_TOKENS_CPU tokens (LINEAR_TILE_ROWS: per
+    renderer), so a weight block is decoded once for all of them and x read once for all rows; the
     weight and x are read as uniform texel buffers where the device allows one that large (a
     one-token linear's weight not on GEMV_STORAGE_RENDERERS): lavapipe runs a storage-buffer load
     inside a loop as a loop over the SIMD lanes, a texel fetch as one gather
@@ -384,8 +399,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
             and _texel_ok(g, x, m * k * 4, 16))
     tokens = min(LINEAR_TOKENS_INT8 if int8 else LINEAR_TOKENS_CPU, m) if cpu else min(LINEAR_TOKENS_GPU, m)
     rows = _cpu_rows(g, LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_TILE_ROWS_CPU) if tokens > 1
-                     else GEMV_ROWS.get(g.device.renderer, GEMV_ROWS_CPU if _cpu_local(g) == CPU_LOCAL
-                                        else LINEAR_ROWS_CPU), n, m, tokens) if cpu else 1
+                     else _gemv_rows(g, n), n, m, tokens) if cpu else 1
     local = _cpu_local(g) if cpu else LOCAL_SIZE
     if int8:  # x in int8 (and normalized) once, for every tile
         x, norm = _q8_pairs(g, x, m, k, norm), None

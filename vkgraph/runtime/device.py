@@ -174,6 +174,17 @@ class Device(VkObject):
         return self.physical.subgroup_size if self.is_cpu else 0
 
     @property
+    def cpu_threads(self) -> int:
+        """Worker threads a CPU renderer runs its workgroups on, a SIMD batch each at a time:
+        lavapipe's ``LP_NUM_THREADS`` where set (0: none, the queue's own thread: 1), else one per
+        CPU this process may run on, as lavapipe and SwiftShader start them; 0 on a GPU."""
+        if not self.is_cpu:
+            return 0
+        if self.renderer == "lavapipe" and os.environ.get("LP_NUM_THREADS", "").strip().isdigit():
+            return max(1, int(os.environ["LP_NUM_THREADS"]))
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+    @property
     def unified_memory(self) -> bool:
         """Device-local memory is the host's own memory (integrated GPUs, CPU renderers), so host
         pages imported as device memory are read at memory speed. A discrete GPU would read them

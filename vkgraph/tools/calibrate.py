@@ -234,7 +234,7 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
     from .. import ops
 
     tiny = {"x": np.arange(4, dtype=np.float32)}
-    threads = (os.cpu_count() or 1) if dev.is_cpu else 0  # lavapipe's and SwiftShader's: one per CPU
+    threads = dev.cpu_threads
 
     def adds(count: int, big: np.ndarray | None = None):
         def build(g: ComputeGraph) -> None:

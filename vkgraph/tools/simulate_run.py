@@ -103,7 +103,8 @@ def device_facts(profile: Profile) -> DeviceFacts:
     base = DeviceFacts()
     return DeviceFacts(profile.name, profile.host_visible_device_local, profile.cpu_renderer, profile.renderer,
                        profile.simd_width, base.limits | {"maxTexelBufferElements": profile.max_texel_buffer_elements,
-                                      "minTexelBufferOffsetAlignment": profile.staging_alignment})
+                                      "minTexelBufferOffsetAlignment": profile.staging_alignment},
+                       cpu_threads=profile.execute.threads if profile.execute else 0)
 
 
 def weight_format(node: DispatchNode) -> str:
