@@ -28,7 +28,7 @@ def test_host_forms_match_numpy_whole_and_split(monkeypatch, packer, shape, spli
     writes exactly what it writes in one piece: numpy's reference, the padding zero."""
     if split:
         monkeypatch.setattr(packers, "HOST_SPLIT_MIN_NBYTES", 0)
-        monkeypatch.setattr(packers, "_cores", lambda: 3)
+        monkeypatch.setattr(packers, "host_cores", lambda: 3)
     w = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
     src = TensorRef("w", shape, w.dtype, ArraySource(w))
     p = packers.get_packer(packer)
@@ -38,7 +38,7 @@ def test_host_forms_match_numpy_whole_and_split(monkeypatch, packer, shape, spli
 
 
 def test_a_failing_slice_raises_after_all_slices_ran(monkeypatch):
-    monkeypatch.setattr(packers, "_cores", lambda: 4)
+    monkeypatch.setattr(packers, "host_cores", lambda: 4)
     done = []
 
     def part(lo, hi):

@@ -6,7 +6,6 @@ destination agree before any GPU work, and names the packing shader (None: no sh
 
 from __future__ import annotations
 
-import os
 import struct
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, ClassVar
@@ -15,6 +14,7 @@ import numpy as np
 
 from ..errors import PrepackMismatchError
 from ..ggml import BLOCK_WEIGHTS, FORMATS
+from ..runtime.device import host_cores
 from .values import TEXTURE_LAYOUTS, Tensor, TensorRef, gather_params
 
 
@@ -29,20 +29,16 @@ HOST_SPLIT_MIN_NBYTES = 512 << 10
 _pool: ThreadPoolExecutor | None = None
 
 
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def host_split(total: int, nbytes: int, part: Callable[[int, int], None]) -> None:
     """``part(lo, hi)`` over ``[0, total)``: in one call, or for ``nbytes`` of at least
     HOST_SPLIT_MIN_NBYTES in one slice per core, run on a shared thread pool."""
     global _pool
-    parts = min(_cores(), total) if nbytes >= HOST_SPLIT_MIN_NBYTES else 1
+    parts = min(host_cores(), total) if nbytes >= HOST_SPLIT_MIN_NBYTES else 1
     if parts <= 1:
         part(0, total)
         return
     if _pool is None:
-        _pool = ThreadPoolExecutor(_cores(), thread_name_prefix="vkgraph-pack")
+        _pool = ThreadPoolExecutor(host_cores(), thread_name_prefix="vkgraph-pack")
     bounds = [total * i // parts for i in range(parts + 1)]
     futures = [_pool.submit(part, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
     wait(futures)  # every slice done before an error leaves: the caller may free ``out`` then

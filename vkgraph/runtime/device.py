@@ -68,6 +68,11 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def host_cores() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class Device(VkObject):
     """A logical device with one compute queue; owns its instance and every object made on it.
 
@@ -182,7 +187,7 @@ class Device(VkObject):
             return 0
         if self.renderer == "lavapipe" and os.environ.get("LP_NUM_THREADS", "").strip().isdigit():
             return max(1, int(os.environ["LP_NUM_THREADS"]))
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return host_cores()
 
     @property
     def unified_memory(self) -> bool:
