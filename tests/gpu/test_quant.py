@@ -38,12 +38,13 @@ def ref_planes(fmt, raw):
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
-@pytest.mark.parametrize("n,k,m", [(1, 32, 1), (5, 64, 3), (33, 96, 19), (64, 576, 9)])
+@pytest.mark.parametrize("n,k,m", [(1, 32, 1), (150, 64, 1), (5, 64, 3), (33, 96, 19), (64, 576, 9)])
 @pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
 def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, m, cpu_kernels):
     """Both layouts of the quantized linear (on CPU renderers: tiles of rows x tokens per
     invocation and texel buffers; on GPUs: a row per invocation) against gguf's dequantizer,
-    for one token (decode), fewer than a tile's tokens, and several tiles with a partial one."""
+    for one token (decode; 150 rows on 2 CPU threads: 12 an invocation, the last invocation 6),
+    fewer than a tile's tokens, and several tiles with a partial one."""
     monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     raw, deq = quantized(fmt, n, k, n * k)
     x = np.random.default_rng(k).standard_normal((m, k)).astype(np.float32)
