@@ -9,7 +9,7 @@ its logits are from the first variant's (a change of policy must not change the 
 float rounding).
 
     python benchmarks/policy_ab.py [--rounds 8] [--prompt-tokens 64] [--steps 8] [--profile]
-        [--device lavapipe] VARIANT [VARIANT ...]
+        [--device lavapipe] [--config configs/fast-prefill.toml] VARIANT [VARIANT ...]
 
 VARIANT is ``default`` (the constants as shipped) or ``NAME=VALUE[;NAME=VALUE...]``, VALUE a
 Python literal: e.g. ``LINEAR_TILE_ROWS_CPU=8`` or ``"LINEAR_TOKENS_GPU=1"``.
@@ -55,12 +55,16 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=8, help="decode steps a round, after the batch")
     ap.add_argument("--profile", action="store_true", help="GPU time per op kind (timestamps after every dispatch)")
     ap.add_argument("--device", default=None, help="renderer (lavapipe, swiftshader) or device-name substring")
+    ap.add_argument("--config", default=None, help="a config file every variant's session takes (e.g. configs/fast-prefill.toml)")
     args = ap.parse_args()
     if min(args.rounds, args.steps, args.prompt_tokens) < 1:
         ap.error("--rounds, --steps and --prompt-tokens must be >= 1")
     if args.device:
         os.environ["VKGRAPH_DEVICE"] = args.device
+    from vkgraph.config import load_config
     from vkgraph.models.llama import LlamaSession  # after VKGRAPH_DEVICE is set
+
+    config = load_config(args.config)
 
     variants = {text: parse_variant(text) for text in args.variants}
     ids = [int(i) for i in np.random.default_rng(0).integers(100, 40000, args.prompt_tokens)]
@@ -71,7 +75,7 @@ def main() -> int:
             try:
                 for name, value in consts.items():
                     setattr(ops, name, value)
-                sessions[text] = LlamaSession(prefill=args.prompt_tokens, max_context=args.prompt_tokens + args.steps,
+                sessions[text] = LlamaSession(config=config, prefill=args.prompt_tokens, max_context=args.prompt_tokens + args.steps,
                                               profile=args.profile)
             finally:
                 for name, value in saved.items():
