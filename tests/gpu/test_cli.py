@@ -147,7 +147,7 @@ def test_validate_warns_of_a_profile_measured_under_another_name(device, tmp_pat
     from vkgraph.cli.simulate import _validate_profile
     from vkgraph.tools.simulate import load_profile, shipped_profile
 
-    shipped = shipped_profile(device.renderer)
+    shipped = shipped_profile(device.renderer, device.name)
     if shipped is None:
         pytest.skip(f"no profile is shipped for {device.renderer}")
     text = shipped.read_text()
@@ -156,8 +156,9 @@ def test_validate_warns_of_a_profile_measured_under_another_name(device, tmp_pat
     assert _validate_profile(argparse.Namespace(device=None, profile=str(other))) == str(other)
     err = capsys.readouterr().err
     assert "warning:" in err and "elsewhere: " in err and repr(device.name) in err
-    _validate_profile(argparse.Namespace(device=None, profile=None))  # the renderer's own profile
-    own = load_profile(device.renderer).name
+    # the device's own profile: the one of its name where one is shipped, else its renderer's
+    assert _validate_profile(argparse.Namespace(device=None, profile=None)) == shipped.stem
+    own = load_profile(shipped).name
     assert ("warning:" in capsys.readouterr().err) == (own != device.name)
 
 

@@ -106,6 +106,40 @@ def test_bad_profiles(tmp_path):
         load_profile(tmp_path / "none.toml")
 
 
+def test_shipped_profile_is_the_one_of_the_device_name(tmp_path, monkeypatch):
+    """A device gets the shipped profile measured on a device of its exact name (lavapipe at 256
+    or 512 bits), else its renderer's; a renderer none is shipped for gets None."""
+    from vkgraph.tools import simulate as sim
+
+    def write(stem, renderer, name):
+        (tmp_path / f"{stem}.toml").write_text(f'[device]\nname = "{name}"\nrenderer = "{renderer}"\n')
+
+    write("lavapipe", "lavapipe", "llvmpipe (LLVM 15.0.6, 512 bits)")
+    write("lavapipe-256", "lavapipe", "llvmpipe (LLVM 15.0.6, 256 bits)")
+    write("other", "swiftshader", "llvmpipe (LLVM 15.0.6, 128 bits)")  # the name, but another renderer
+    (tmp_path / "broken.toml").write_text("[device\n")
+    monkeypatch.setattr(sim, "PROFILE_DIR", tmp_path)
+    assert sim.shipped_profile("lavapipe", "llvmpipe (LLVM 15.0.6, 256 bits)") == tmp_path / "lavapipe-256.toml"
+    assert sim.shipped_profile("lavapipe", "llvmpipe (LLVM 15.0.6, 512 bits)") == tmp_path / "lavapipe.toml"
+    assert sim.shipped_profile("lavapipe", "llvmpipe (LLVM 15.0.6, 128 bits)") == tmp_path / "lavapipe.toml"
+    assert sim.shipped_profile("lavapipe") == tmp_path / "lavapipe.toml"
+    assert sim.shipped_profile("nvidia", "NVIDIA H100") is None and sim.shipped_profile("", "x") is None
+
+
+def test_every_shipped_profile_loads_and_names_its_device():
+    """profiles/*.toml all load, and no two name the same device of the same renderer (which
+    one a device got would then depend on the files' order)."""
+    from vkgraph.tools.simulate import PROFILE_DIR
+
+    seen = {}
+    for p in sorted(PROFILE_DIR.glob("*.toml")):
+        prof = load_profile(p)
+        key = (prof.renderer, prof.name)
+        assert key not in seen, f"{p.name} and {seen.get(key)} both describe {key}"
+        seen[key] = p.name
+    assert ("lavapipe", "llvmpipe (LLVM 15.0.6, 256 bits)") in seen and ("lavapipe", "llvmpipe (LLVM 15.0.6, 512 bits)") in seen
+
+
 def test_contention_slows_only_overlapping_work():
     """Shared processors (rates < 1) slow a staged load, where CPU encoding and GPU packing
     overlap, and leave legacy and reduce-peak loads, where they take turns, as they were."""

@@ -28,22 +28,25 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _validate_profile(args: argparse.Namespace) -> str:
     """--validate's profile: --profile, else the one calibrated on the device it measures
-    (profiles/<renderer>.toml; a device none is shipped for, a discrete GPU say, needs --profile).
-    A profile of another renderer is refused: its rates are not that device's, and every error it
-    printed would be the difference between two devices. One of the same renderer under another
-    name (lavapipe at another SIMD width or LLVM) is used with a warning on stderr: a CPU
-    renderer's rates are its host's (profiles/lavapipe.toml, measured at 512 bits on an AVX-512
-    host, put SmolLM2's prompt at 3.8x the speed lavapipe measured at 256 bits on an AVX2 host)."""
+    (tools.simulate.shipped_profile: the shipped profile of the device's exact name, such as
+    profiles/lavapipe-256.toml for lavapipe at 256 bits, else profiles/<renderer>.toml; a device
+    none is shipped for, a discrete GPU say, needs --profile). A profile of another renderer is
+    refused: its rates are not that device's, and every error it printed would be the difference
+    between two devices. One of the same renderer under another name (lavapipe at another SIMD
+    width or LLVM) is used with a warning on stderr: a CPU renderer's rates are its host's
+    (profiles/lavapipe.toml, measured at 512 bits on an AVX-512 host, put SmolLM2's prompt at 3.8x
+    the speed lavapipe measured at 256 bits on an AVX2 host)."""
     from ..errors import ConfigError
     from ..runtime import Device
     from ..tools.simulate import load_profile, shipped_profile
 
     with Device(args.device) as dev:
         renderer, name = dev.renderer, dev.name
-    if args.profile is None and shipped_profile(renderer) is None:
+    shipped = shipped_profile(renderer, name)
+    if args.profile is None and shipped is None:
         raise ConfigError(None, "--profile", f"no profile is shipped for {name!r} (renderer {renderer!r}): measure "
                                              "one with vkgraph simulate --calibrate --out <file>, then pass --profile <file>")
-    chosen = args.profile or renderer
+    chosen = args.profile or shipped.stem
     profile = load_profile(chosen)
     if profile.renderer != renderer or (not renderer and profile.name != name):
         raise ConfigError(chosen, "[device]", f"the profile is of {profile.name!r}, the device measured is {name!r} "
@@ -188,7 +191,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     sim = sub.add_parser("simulate", help="predict a load (time, memory, submits) from a device profile")
     sim.add_argument("--profile", help="profile TOML or a name in profiles/ (default lavapipe; with --validate, the "
-                                       "profile of the device measured, profiles/<renderer>.toml)")
+                                       "profile shipped for the device measured: the one of its name, such as "
+                                       "lavapipe-256, else profiles/<renderer>.toml)")
     sim.add_argument("--model", help=f"{KNOWN_MODELS} (default synthetic:256; with --decode, smollm2)")
     sim.add_argument("--config", help="TOML config (default configs/default.toml)")
     sim.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], help="default: from the config")

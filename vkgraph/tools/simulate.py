@@ -136,10 +136,22 @@ class Profile:
         return self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps)) * GB
 
 
-def shipped_profile(name: str) -> Path | None:
-    """profiles/<name>.toml where vkgraph ships one (a renderer's: ``lavapipe``), else None."""
-    p = PROFILE_DIR / f"{name}.toml"
-    return p if name and p.is_file() else None
+def shipped_profile(renderer: str, device_name: str | None = None) -> Path | None:
+    """The profile vkgraph ships for a device of ``renderer``: the one measured on a device of that
+    exact name (``[device] name``: lavapipe's names its SIMD width, 256 or 512 bits, which moves
+    its rates 2-4x), else profiles/<renderer>.toml; None where neither is shipped."""
+    if not renderer:
+        return None
+    if device_name is not None:
+        for p in sorted(PROFILE_DIR.glob("*.toml")):
+            try:
+                dev = tomllib.loads(p.read_text()).get("device", {})
+            except tomllib.TOMLDecodeError:
+                continue  # a broken file is named when it is loaded, not here
+            if dev.get("renderer") == renderer and dev.get("name") == device_name:
+                return p
+    p = PROFILE_DIR / f"{renderer}.toml"
+    return p if p.is_file() else None
 
 
 def load_profile(path: str | Path) -> Profile:
