@@ -62,9 +62,13 @@ def main() -> int:
     if args.device:
         os.environ["VKGRAPH_DEVICE"] = args.device
     from vkgraph.config import load_config
+    from vkgraph.errors import ConfigError
     from vkgraph.models.llama import LlamaSession  # after VKGRAPH_DEVICE is set
 
-    config = load_config(args.config)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        sys.exit(f"policy_ab: {exc}")
 
     variants = {text: parse_variant(text) for text in args.variants}
     ids = [int(i) for i in np.random.default_rng(0).integers(100, 40000, args.prompt_tokens)]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from policy_ab import parse_variant  # noqa: E402
+from policy_ab import main, parse_variant  # noqa: E402
 
 
 def test_variants_name_ops_constants_with_literal_values():
@@ -25,3 +25,13 @@ def test_a_bad_variant_says_what_is_wrong(text, says):
     with pytest.raises(SystemExit) as exc:
         parse_variant(text)
     assert says in str(exc.value)
+
+
+def test_a_bad_config_file_is_named_before_any_session(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[graph]\nint8_activations = "yes"\n')
+    for path, says in ((bad, "graph.int8_activations: must be true or false"), (tmp_path / "none.toml", "no such config")):
+        monkeypatch.setattr(sys, "argv", ["policy_ab.py", "--config", str(path), "default"])
+        with pytest.raises(SystemExit) as exc:
+            main()
+        assert str(exc.value).startswith(f"policy_ab: {path}: ") and says in str(exc.value)
