@@ -55,7 +55,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=8, help="decode steps a round, after the batch")
     ap.add_argument("--profile", action="store_true", help="GPU time per op kind (timestamps after every dispatch)")
     ap.add_argument("--device", default=None, help="renderer (lavapipe, swiftshader) or device-name substring")
-    ap.add_argument("--config", default=None, help="a config file every variant's session takes (e.g. configs/fast-prefill.toml)")
+    ap.add_argument("--config", default=None,
+                    help="a config file every variant's session takes (e.g. configs/fast-prefill.toml)")
     args = ap.parse_args()
     if min(args.rounds, args.steps, args.prompt_tokens) < 1:
         ap.error("--rounds, --steps and --prompt-tokens must be >= 1")
@@ -79,8 +80,8 @@ def main() -> int:
             try:
                 for name, value in consts.items():
                     setattr(ops, name, value)
-                sessions[text] = LlamaSession(config=config, prefill=args.prompt_tokens, max_context=args.prompt_tokens + args.steps,
-                                              profile=args.profile)
+                sessions[text] = LlamaSession(config=config, prefill=args.prompt_tokens,
+                                              max_context=args.prompt_tokens + args.steps, profile=args.profile)
             finally:
                 for name, value in saved.items():
                     setattr(ops, name, value)

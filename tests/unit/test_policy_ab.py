@@ -30,7 +30,8 @@ def test_a_bad_variant_says_what_is_wrong(text, says):
 def test_a_bad_config_file_is_named_before_any_session(tmp_path, monkeypatch):
     bad = tmp_path / "bad.toml"
     bad.write_text('[graph]\nint8_activations = "yes"\n')
-    for path, says in ((bad, "graph.int8_activations: must be true or false"), (tmp_path / "none.toml", "no such config")):
+    for path, says in ((bad, "graph.int8_activations: must be true or false"),
+                       (tmp_path / "none.toml", "no such config")):
         monkeypatch.setattr(sys, "argv", ["policy_ab.py", "--config", str(path), "default"])
         with pytest.raises(SystemExit) as exc:
             main()
