@@ -92,18 +92,20 @@ def test_is_icd_path():
 
 def test_lavapipe_runs_512_bits_wide_on_avx512_hosts_unless_the_user_says(monkeypatch, tmp_path):
     """On an AVX-512 host vkgraph sets LP_NATIVE_VECTOR_WIDTH=512 and gives those shaders a Mesa
-    cache of their own; a width, cache directory or disabled cache the user set stays as set, and
-    a host without AVX-512 is left alone."""
+    cache of their own (its directory made, parents too); a width, cache directory or disabled
+    cache the user set stays as set, and a host without AVX-512 is left alone."""
     from vkgraph.runtime import instance
 
     keys = ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DIR", "MESA_GLSL_CACHE_DIR", "MESA_SHADER_CACHE_DISABLE")
     for k in keys:
         monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("VKGRAPH_CACHE_DIR", str(tmp_path))
+    cache = tmp_path / "home" / ".cache" / "vkgraph"  # none of it there yet: a fresh machine
+    monkeypatch.setenv("VKGRAPH_CACHE_DIR", str(cache))
     monkeypatch.setattr(instance, "_host_has_avx512", lambda: True)
     instance.configure_lavapipe()
     assert instance.os.environ["LP_NATIVE_VECTOR_WIDTH"] == "512"
-    assert instance.os.environ["MESA_SHADER_CACHE_DIR"] == str(tmp_path / "mesa-lavapipe-512")
+    assert instance.os.environ["MESA_SHADER_CACHE_DIR"] == str(cache / "mesa-lavapipe-512")
+    assert (cache / "mesa-lavapipe-512").is_dir()  # Mesa makes only the last directory itself
 
     monkeypatch.setenv("LP_NATIVE_VECTOR_WIDTH", "256")
     monkeypatch.setenv("MESA_SHADER_CACHE_DIR", "/elsewhere")

@@ -191,7 +191,14 @@ def configure_lavapipe() -> None:
         return
     os.environ["LP_NATIVE_VECTOR_WIDTH"] = str(LAVAPIPE_VECTOR_BITS)
     if not any(k in os.environ for k in ("MESA_SHADER_CACHE_DIR", "MESA_GLSL_CACHE_DIR", "MESA_SHADER_CACHE_DISABLE")):
-        os.environ["MESA_SHADER_CACHE_DIR"] = str(user_cache_dir() / f"mesa-lavapipe-{LAVAPIPE_VECTOR_BITS}")
+        cache = user_cache_dir() / f"mesa-lavapipe-{LAVAPIPE_VECTOR_BITS}"
+        # Mesa 22.3 makes the last directory of the path alone: on a fresh machine (no ~/.cache
+        # yet) it printed "Failed to create ... for shader cache" and compiled every shader again
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # Mesa then says it cannot cache, and runs without
+        os.environ["MESA_SHADER_CACHE_DIR"] = str(cache)
 
 
 class Instance(VkObject):
