@@ -141,13 +141,16 @@ def test_device_option_picks_the_device_for_the_command_only(device, cache_dir, 
 
 def test_validate_warns_of_a_profile_measured_under_another_name(device, tmp_path, capsys):
     """A profile of the device's renderer but another device name (lavapipe at another SIMD
-    width, say) is used, with a warning naming both: a CPU renderer's rates are its host's."""
+    width, say), or measured with another host processor, is used, with a warning naming both: a
+    CPU renderer's rates are its host's."""
     import argparse
+    import re
 
     from vkgraph.cli.simulate import _validate_profile
-    from vkgraph.tools.simulate import load_profile, shipped_profile
+    from vkgraph.tools.simulate import host_cpu, load_profile, shipped_profile
 
-    shipped = shipped_profile(device.renderer, device.name)
+    host = host_cpu() if device.is_cpu else ""
+    shipped = shipped_profile(device.renderer, device.name, host)
     if shipped is None:
         pytest.skip(f"no profile is shipped for {device.renderer}")
     text = shipped.read_text()
@@ -156,10 +159,20 @@ def test_validate_warns_of_a_profile_measured_under_another_name(device, tmp_pat
     assert _validate_profile(argparse.Namespace(device=None, profile=str(other))) == str(other)
     err = capsys.readouterr().err
     assert "warning:" in err and "elsewhere: " in err and repr(device.name) in err
-    # the device's own profile: the one of its name where one is shipped, else its renderer's
+    # the device's own profile: the one of its name (and this host's processor) where one is
+    # shipped, else its renderer's
     assert _validate_profile(argparse.Namespace(device=None, profile=None)) == shipped.stem
-    own = load_profile(shipped).name
-    assert ("warning:" in capsys.readouterr().err) == (own != device.name)
+    own = load_profile(shipped)
+    elsewhere = bool(own.host_cpu and host and own.host_cpu != host)
+    assert ("warning:" in capsys.readouterr().err) == (own.name != device.name or elsewhere)
+    if host:  # this device's name, another processor
+        cpu = tmp_path / "cpu.toml"
+        mine = re.sub(r'^name = ".*"$', f'name = "{device.name}"', re.sub(r"^host_cpu = .*\n", "", text, flags=re.M),
+                      count=1, flags=re.M)
+        cpu.write_text(mine.replace("[device]\n", '[device]\nhost_cpu = "Elsewhere family 1 model 2"\n', 1))
+        assert _validate_profile(argparse.Namespace(device=None, profile=str(cpu))) == str(cpu)
+        err = capsys.readouterr().err
+        assert "warning:" in err and "Elsewhere family 1 model 2" in err and host in err
 
 
 def test_validate_without_a_profile_for_the_device_says_to_calibrate_one(device, tmp_path, monkeypatch, capsys):

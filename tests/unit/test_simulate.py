@@ -126,19 +126,52 @@ def test_shipped_profile_is_the_one_of_the_device_name(tmp_path, monkeypatch):
     assert sim.shipped_profile("nvidia", "NVIDIA H100") is None and sim.shipped_profile("", "x") is None
 
 
+def test_shipped_profile_of_several_of_a_name_is_the_one_of_this_processor(tmp_path, monkeypatch):
+    """Of shipped profiles of the same device name, a host gets the one measured on its processor
+    ([device] host_cpu), else the one that records none; the processor is read from
+    /proc/cpuinfo's first block."""
+    from vkgraph.tools import simulate as sim
+
+    name = "llvmpipe (LLVM 15.0.6, 512 bits)"
+
+    def write(stem, cpu=None):
+        line = f'host_cpu = "{cpu}"\n' if cpu else ""
+        (tmp_path / f"{stem}.toml").write_text(f'[device]\nname = "{name}"\nrenderer = "lavapipe"\n{line}')
+
+    write("a-zen4", "AuthenticAMD family 25 model 17")
+    write("lavapipe")
+    write("b-zen5", "AuthenticAMD family 26 model 2")
+    monkeypatch.setattr(sim, "PROFILE_DIR", tmp_path)
+    assert sim.shipped_profile("lavapipe", name, "AuthenticAMD family 25 model 17") == tmp_path / "a-zen4.toml"
+    assert sim.shipped_profile("lavapipe", name, "AuthenticAMD family 26 model 2") == tmp_path / "b-zen5.toml"
+    for other in ("GenuineIntel family 6 model 143", "", None):
+        assert sim.shipped_profile("lavapipe", name, other) == tmp_path / "lavapipe.toml"
+    (tmp_path / "lavapipe.toml").unlink()  # none without a processor: one of another processor
+    assert sim.shipped_profile("lavapipe", name, "GenuineIntel family 6 model 143") == tmp_path / "a-zen4.toml"
+
+    if sim.Path("/proc/cpuinfo").is_file():
+        text = sim.Path("/proc/cpuinfo").read_text()
+        first = dict((k.strip(), v.strip()) for k, _, v in
+                     (line.partition(":") for line in text.split("\n\n")[0].splitlines()))
+        want = ""
+        if all(k in first for k in ("vendor_id", "cpu family", "model")):
+            want = f"{first['vendor_id']} family {first['cpu family']} model {first['model']}"
+        assert sim.host_cpu() == want
+
+
 def test_every_shipped_profile_loads_and_names_its_device():
-    """profiles/*.toml all load, and no two name the same device of the same renderer (which
-    one a device got would then depend on the files' order)."""
+    """profiles/*.toml all load, and no two name the same device of the same renderer and the same
+    host processor (which one a device got would then depend on the files' order)."""
     from vkgraph.tools.simulate import PROFILE_DIR
 
     seen = {}
     for p in sorted(PROFILE_DIR.glob("*.toml")):
         prof = load_profile(p)
-        key = (prof.renderer, prof.name)
+        key = (prof.renderer, prof.name, prof.host_cpu)
         assert key not in seen, f"{p.name} and {seen.get(key)} both describe {key}"
         seen[key] = p.name
     for bits in (256, 512):
-        assert ("lavapipe", f"llvmpipe (LLVM 15.0.6, {bits} bits)") in seen
+        assert ("lavapipe", f"llvmpipe (LLVM 15.0.6, {bits} bits)", "") in seen
 
 
 def test_contention_slows_only_overlapping_work():

@@ -29,20 +29,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _validate_profile(args: argparse.Namespace) -> str:
     """--validate's profile: --profile, else the one calibrated on the device it measures
     (tools.simulate.shipped_profile: the shipped profile of the device's exact name, such as
-    profiles/lavapipe-256.toml for lavapipe at 256 bits, else profiles/<renderer>.toml; a device
-    none is shipped for, a discrete GPU say, needs --profile). A profile of another renderer is
+    profiles/lavapipe-256.toml for lavapipe at 256 bits, and of several such the one measured on
+    this host's processor, else profiles/<renderer>.toml; a device none is shipped for, a
+    discrete GPU say, needs --profile). A profile of another renderer is
     refused: its rates are not that device's, and every error it printed would be the difference
     between two devices. One of the same renderer under another name (lavapipe at another SIMD
     width or LLVM) is used with a warning on stderr: a CPU renderer's rates are its host's
     (profiles/lavapipe.toml, measured at 512 bits on an AVX-512 host, put SmolLM2's prompt at 3.8x
-    the speed lavapipe measured at 256 bits on an AVX2 host)."""
+    the speed lavapipe measured at 256 bits on an AVX2 host); so is one measured with another
+    processor than this host's, where the profile names it."""
     from ..errors import ConfigError
     from ..runtime import Device
-    from ..tools.simulate import load_profile, shipped_profile
+    from ..tools.simulate import host_cpu, load_profile, shipped_profile
 
     with Device(args.device) as dev:
-        renderer, name = dev.renderer, dev.name
-    shipped = shipped_profile(renderer, name)
+        renderer, name, host = dev.renderer, dev.name, host_cpu() if dev.is_cpu else ""
+    shipped = shipped_profile(renderer, name, host)
     if args.profile is None and shipped is None:
         raise ConfigError(None, "--profile", f"no profile is shipped for {name!r} (renderer {renderer!r}): measure "
                                              "one with vkgraph simulate --calibrate --out <file>, then pass --profile <file>")
@@ -55,6 +57,10 @@ def _validate_profile(args: argparse.Namespace) -> str:
         print(f"warning: {chosen}: the profile was measured on {profile.name!r}, this device is {name!r}: its rates "
               "may not be this device's (measure its own: vkgraph simulate --calibrate --out FILE, then --profile FILE)",
               file=sys.stderr)
+    elif profile.host_cpu and host and profile.host_cpu != host:
+        print(f"warning: {chosen}: the profile was measured with a {profile.host_cpu} processor, this host's is "
+              f"{host}: a CPU renderer's rates are its host's (measure its own: vkgraph simulate --calibrate --out "
+              "FILE, then --profile FILE)", file=sys.stderr)
     return chosen
 
 
@@ -192,7 +198,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sim = sub.add_parser("simulate", help="predict a load (time, memory, submits) from a device profile")
     sim.add_argument("--profile", help="profile TOML or a name in profiles/ (default lavapipe; with --validate, the "
                                        "profile shipped for the device measured: the one of its name, such as "
-                                       "lavapipe-256, else profiles/<renderer>.toml)")
+                                       "lavapipe-256, measured on this host's processor where several are, else "
+                                       "profiles/<renderer>.toml)")
     sim.add_argument("--model", help=f"{KNOWN_MODELS} (default synthetic:256; with --decode, smollm2)")
     sim.add_argument("--config", help="TOML config (default configs/default.toml)")
     sim.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], help="default: from the config")

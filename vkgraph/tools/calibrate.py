@@ -19,7 +19,7 @@ from ..graph.packers import get_packer
 from ..graph.values import ArraySource, TensorRef
 from ..paths import user_cache_dir
 from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind, allocate_block
-from .simulate import Profile, load_profile, model_nodes, simulate
+from .simulate import Profile, host_cpu, load_profile, model_nodes, simulate
 from .simulate_run import ExecuteRates, linear_terms
 
 
@@ -529,11 +529,15 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
                       host_pack_gbps=host, fresh_device_gbps=fresh_device, renderer=device.renderer, simd_width=device.simd_width,
                       max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute,
                       encode_direct_s=encode_direct_s, direct_copy_gbps=direct_copy,
-                      settled_direct_gbps=settled_direct)
+                      settled_direct_gbps=settled_direct, host_cpu=host_cpu() if device.is_cpu else "")
     raw = {"fresh_device_gbps": fresh_device, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
            "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "direct_copy_gbps": direct_copy, "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "pack_gbps": pack,
            "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
+
+
+def _host_cpu_toml(p: Profile) -> str:
+    return f'\nhost_cpu = "{p.host_cpu}"  # the processor that ran the renderer' if p.host_cpu else ""
 
 
 def profile_toml(p: Profile) -> str:
@@ -549,7 +553,7 @@ staging_alignment = {p.staging_alignment}
 cpu_renderer = {str(p.cpu_renderer).lower()}
 renderer = "{p.renderer}"
 simd_width = {p.simd_width}
-max_texel_buffer_elements = {p.max_texel_buffer_elements}
+max_texel_buffer_elements = {p.max_texel_buffer_elements}{_host_cpu_toml(p)}
 
 [cpu]
 copy_gbps = {p.copy_gbps:.4g}          # into already-touched memory

@@ -89,6 +89,8 @@ class Profile:
     renderer: str = ""  # the device's short name ("lavapipe", "swiftshader"): which kernels ops choose
     simd_width: int = 0  # a CPU renderer's vector width in invocations (Device.simd_width): its kernels' workgroups
     max_texel_buffer_elements: int = 65536
+    #: a CPU renderer's host processor (host_cpu()); "": not recorded
+    host_cpu: str = ""
     #: the run model's rates (``[execute]``, tools/simulate_run.py); None: the profile has none
     execute: ExecuteRates | None = None
     path: str = ""
@@ -136,20 +138,46 @@ class Profile:
         return self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps)) * GB
 
 
-def shipped_profile(renderer: str, device_name: str | None = None) -> Path | None:
-    """The profile vkgraph ships for a device of ``renderer``: the one measured on a device of that
+def host_cpu() -> str:
+    """This machine's processor as a CPU renderer's profile records it (``[device] host_cpu``):
+    vendor, family and model of /proc/cpuinfo's first processor ("AuthenticAMD family 25 model
+    17"); "" where that cannot be read."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block ends
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        return ""
+    if not all(k in fields for k in ("vendor_id", "cpu family", "model")):
+        return ""
+    return f"{fields['vendor_id']} family {fields['cpu family']} model {fields['model']}"
+
+
+def shipped_profile(renderer: str, device_name: str | None = None, host: str | None = None) -> Path | None:
+    """The profile vkgraph ships for a device of ``renderer``: one measured on a device of that
     exact name (``[device] name``: lavapipe's names its SIMD width, 256 or 512 bits, which moves
-    its rates 2-4x), else profiles/<renderer>.toml; None where neither is shipped."""
+    its rates 2-4x), else profiles/<renderer>.toml; None where neither is shipped. Of several of
+    that name, the one measured on the processor ``host`` (a CPU renderer's: host_cpu()), else one
+    that records none: the 512-bit profile of one AMD EPYC put SmolLM2's prompt at 2.6x the speed
+    lavapipe measured at 512 bits on another (README, "Predicting prefill and decode")."""
     if not renderer:
         return None
     if device_name is not None:
+        named = []
         for p in sorted(PROFILE_DIR.glob("*.toml")):
             try:
                 dev = tomllib.loads(p.read_text()).get("device", {})
             except tomllib.TOMLDecodeError:
                 continue  # a broken file is named when it is loaded, not here
             if dev.get("renderer") == renderer and dev.get("name") == device_name:
-                return p
+                cpu = str(dev.get("host_cpu", ""))
+                named.append((0 if host and cpu == host else 1 if not cpu else 2, p))
+        if named:
+            return min(named)[1]
     p = PROFILE_DIR / f"{renderer}.toml"
     return p if p.is_file() else None
 
@@ -184,6 +212,7 @@ def load_profile(path: str | Path) -> Profile:
             fresh_device_gbps=float(gpu.get("fresh_device_gbps", 0.0)),
             renderer=str(dev.get("renderer", "")), simd_width=int(dev.get("simd_width", 0)),
             max_texel_buffer_elements=int(dev.get("max_texel_buffer_elements", 65536)),
+            host_cpu=str(dev.get("host_cpu", "")),
             execute=parse_execute(str(p), d.get("execute", {})), path=str(p),
             encode_direct_s=float(cpu["encode_direct_us"]) * 1e-6 if "encode_direct_us" in cpu else None,
             direct_copy_gbps=float(cpu["direct_copy_gbps"]) if "direct_copy_gbps" in cpu else None,
