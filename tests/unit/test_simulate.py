@@ -149,14 +149,12 @@ def test_shipped_profile_of_several_of_a_name_is_the_one_of_this_processor(tmp_p
     (tmp_path / "lavapipe.toml").unlink()  # none without a processor: one of another processor
     assert sim.shipped_profile("lavapipe", name, "GenuineIntel family 6 model 143") == tmp_path / "a-zen4.toml"
 
-    if sim.Path("/proc/cpuinfo").is_file():
-        text = sim.Path("/proc/cpuinfo").read_text()
-        first = dict((k.strip(), v.strip()) for k, _, v in
-                     (line.partition(":") for line in text.split("\n\n")[0].splitlines()))
-        want = ""
-        if all(k in first for k in ("vendor_id", "cpu family", "model")):
-            want = f"{first['vendor_id']} family {first['cpu family']} model {first['model']}"
-        assert sim.host_cpu() == want
+    info = tmp_path / "cpuinfo"  # the first processor's block is the one read
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n\n"
+                    "processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n")
+    assert sim.host_cpu(str(info)) == "AuthenticAMD family 25 model 17"
+    info.write_text("processor\t: 0\nCPU implementer\t: 0x41\n")  # no vendor, family, model (Arm)
+    assert sim.host_cpu(str(info)) == "" and sim.host_cpu(str(tmp_path / "none")) == ""
 
 
 def test_every_shipped_profile_loads_and_names_its_device():

@@ -138,13 +138,13 @@ class Profile:
         return self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps)) * GB
 
 
-def host_cpu() -> str:
+def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
     """This machine's processor as a CPU renderer's profile records it (``[device] host_cpu``):
-    vendor, family and model of /proc/cpuinfo's first processor ("AuthenticAMD family 25 model
+    vendor, family and model of ``cpuinfo``'s first processor ("AuthenticAMD family 25 model
     17"); "" where that cannot be read."""
     fields = {}
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             for line in f:
                 if not line.strip():
                     break  # the first processor's block ends
