@@ -89,16 +89,17 @@ def test_out_of_device_memory_names_the_buffer_and_leaks_nothing(device, nbytes)
     assert live_objects() == before and device.allocated_nbytes == allocated
 
 
-@pytest.mark.parametrize("huge_pages", [False, True])
-def test_memory_block_holds_buffers_at_aligned_offsets(device, huge_pages):
+@pytest.mark.parametrize("advice", [{}, {"huge_pages": True}, {"populate": True}])
+def test_memory_block_holds_buffers_at_aligned_offsets(device, advice):
     """One allocation, the buffers at non-overlapping aligned offsets in it, each reading back
     its own bytes (through copies on a device whose memory the host cannot see); the block is
-    counted once and destroys its buffers with it. Advised as huge pages or not, alike."""
+    counted once and destroys its buffers with it. Advised as huge pages, populated or neither,
+    alike."""
     sizes = [(1000, "a"), (4, "b"), (65537, "c"), (3 << 20, "d")]
     rng = np.random.default_rng(21)
     data = [rng.integers(0, 256, n, dtype=np.uint8) for n, _ in sizes]
     before, allocated = live_objects(), device.allocated_nbytes
-    block, bufs = allocate_block(device, sizes, huge_pages=huge_pages)
+    block, bufs = allocate_block(device, sizes, **advice)
     try:
         assert device.allocated_nbytes == allocated + block.nbytes
         assert len({b.memory for b in bufs}) == 1 and [b.name for b in bufs] == ["a", "b", "c", "d"]
@@ -122,6 +123,36 @@ def test_memory_block_holds_buffers_at_aligned_offsets(device, huge_pages):
         block.destroy()
     assert not any(b.alive for b in bufs)
     assert live_objects() == before and device.allocated_nbytes == allocated
+
+
+def _resident_pages(view: np.ndarray) -> np.ndarray:
+    """mincore() of the whole pages inside ``view``: 1 for each page in memory."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    start = -(-view.ctypes.data // page) * page
+    count = (view.ctypes.data + view.nbytes - start) // page
+    vec = np.zeros(count, np.uint8)
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(count * page), vec.ctypes.data_as(ctypes.c_void_p)) == 0
+    return vec & 1
+
+
+def test_a_populated_block_of_a_cpu_renderer_has_its_pages_before_anything_writes_them(device):
+    """populate=True (staged loads' blocks of packed weights: graph/scheduler.py) makes every page
+    of a CPU renderer's block present at allocation, so a packing shader stores into present pages.
+    Its memory then works as any: written through the mapping, read back."""
+    if not device.is_cpu:
+        pytest.skip("a CPU renderer's device memory is the process's; a GPU's is not populated")
+    # above glibc's largest mmap threshold (32 MiB): fresh pages, none present unless populated
+    block, (buf,) = allocate_block(device, [(48 << 20, "w")], populate=True)
+    with block:
+        view = buf.view()
+        assert _resident_pages(view).all()
+        data = np.random.default_rng(5).integers(0, 256, view.nbytes, dtype=np.uint8)
+        buf.write(data)
+        np.testing.assert_array_equal(buf.read(), data)
 
 
 def test_memory_block_budget_names_the_buffer_that_does_not_fit(device):

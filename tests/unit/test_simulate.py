@@ -274,9 +274,36 @@ def test_first_load_adds_the_first_touch_of_device_memory():
     first = simulate(direct, GraphConfig(), host, "legacy", first_load=True)
     assert first.gpu_s == settled.gpu_s == 0
     assert first.cpu_encode_s - settled.cpu_encode_s == pytest.approx(2 * (1 << 20) / 0.5e9)
-    free = dataclasses.replace(PROFILE, fresh_device_gbps=0.0)
+    # a GPU's (a CPU renderer's staged first loads populate: the next test)
+    free = dataclasses.replace(PROFILE, fresh_device_gbps=0.0, cpu_renderer=False)
     assert simulate(nodes, GraphConfig(), free, "staged", first_load=True).load_s == pytest.approx(
         simulate(nodes, GraphConfig(), free, "staged").load_s)
+
+
+def test_a_staged_first_load_on_a_cpu_renderer_populates_the_packing_shaders_memory_on_the_cpu():
+    """Staged loads populate the memory packing shaders write as each batch gets it
+    (scheduler.PrepackPlan.populates_destinations; on CPU renderers): on a first load the CPU
+    pays those bytes at ``populate_gbps`` (fresh_copy_gbps where the profile has none) and the
+    GPU packs without first touches; legacy and reduce-peak, a GPU, a texture, settled loads as
+    before."""
+    assert [plan_prepack(m, [64], 16, GraphConfig()).populates_destinations
+            for m in ("staged", "reduce-peak", "legacy")] == [True, False, False]
+    nodes = nodes_of([4096] * 3 + [8192])
+    packed = 3 * 4096 + 8192
+    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, fresh_device_gbps=0.5, populate_gbps=0.25,
+                              cpu_rate=1.0, gpu_rate=1.0)
+    settled = simulate(nodes, GraphConfig(), cpu, "staged")
+    first = simulate(nodes, GraphConfig(), cpu, "staged", first_load=True)
+    assert first.gpu_s == pytest.approx(settled.gpu_s)
+    assert first.cpu_encode_s - settled.cpu_encode_s == pytest.approx(packed / 0.25e9)
+    unmeasured = simulate(nodes, GraphConfig(), dataclasses.replace(cpu, populate_gbps=None), "staged", first_load=True)
+    assert unmeasured.cpu_encode_s - settled.cpu_encode_s == pytest.approx(packed / (cpu.fresh_copy_gbps * 1e9))
+    for p, mode, ns in ((cpu, "legacy", nodes), (cpu, "reduce-peak", nodes),
+                        (dataclasses.replace(cpu, cpu_renderer=False), "staged", nodes),
+                        (cpu, "staged", [dataclasses.replace(n, texture=True) for n in nodes])):
+        before, after = simulate(ns, GraphConfig(), p, mode), simulate(ns, GraphConfig(), p, mode, first_load=True)
+        assert after.gpu_s - before.gpu_s == pytest.approx(packed / 0.5e9)
+        assert after.cpu_encode_s == pytest.approx(before.cpu_encode_s)
 
 
 def test_bad_fresh_device_rate(tmp_path):
@@ -287,6 +314,20 @@ def test_bad_fresh_device_rate(tmp_path):
     p.write_text(re.sub(r"(?m)^fresh_device_gbps = .*$", "fresh_device_gbps = -2", text))
     with pytest.raises(ConfigError, match="gpu.fresh_device_gbps: must be >= 0"):
         load_profile(p)
+
+
+def test_populate_rate_is_read_and_checked(tmp_path):
+    import re
+
+    text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
+    p = tmp_path / "p.toml"
+    for value, ok in (("3.5", True), ("0", False)):
+        p.write_text(re.sub(r"(?m)^submit_us = ", f"populate_gbps = {value}\nsubmit_us = ", text))
+        if ok:
+            assert load_profile(p).populate_gbps == 3.5
+        else:
+            with pytest.raises(ConfigError, match="cpu.populate_gbps: must be > 0"):
+                load_profile(p)
 
 
 def test_weights_copied_straight_into_device_memory_touch_fresh_pages_on_first_loads():

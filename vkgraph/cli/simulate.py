@@ -204,7 +204,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--config", help="TOML config (default configs/default.toml)")
     sim.add_argument("--mode", choices=["legacy", "staged", "reduce-peak"], help="default: from the config")
     sim.add_argument("--first-load", action="store_true",
-                     help="the first load of a fresh process (it faults in its device memory: [gpu] fresh_device_gbps); "
+                     help="the first load of a fresh process (it faults in its device memory: [gpu] fresh_device_gbps, "
+                          "or populates a packing shader's on the CPU: [cpu] populate_gbps); "
                           "default: a settled load")
     sim.add_argument("--decode", action="store_true",
                      help="predict prefill and decode speed of a llama model (as vkgraph bench decode) from the "

@@ -103,7 +103,8 @@ class PrepackRun:
         region = self.ring.reserve(self.plan.batch_nbytes[b]) if self.ring and self.plan.batch_nbytes[b] else None
         cpu0 = time.perf_counter()
         batch = self.plan.batches[b]  # a range of node indices
-        g.memory.allocate_blocks((g.values[self.nodes[i].dst], self.nodes[i].direct) for i in batch)
+        g.memory.allocate_blocks(((g.values[self.nodes[i].dst], self.nodes[i].direct) for i in batch),
+                                 populate=self.plan.populates_destinations)
         (cmd,) = self.pool.allocate()
         cmd.begin(one_time=True)
         slots = [self.slot[i] for i in batch if i in self.slot]  # consecutive

@@ -231,17 +231,20 @@ class Buffer(VkObject):
 class MemoryBlock(VkObject):
     """One VkDeviceMemory allocation that several buffers are bound into (:func:`allocate_block`),
     mapped once when host-visible: many tensors, one vkAllocateMemory (ET-VK suballocates with
-    VMA). Its buffers are its children: destroying it destroys them first. With ``huge_pages``,
-    on a CPU renderer, its pages are advised as transparent huge pages (:func:`advise_huge_pages`)."""
+    VMA). Its buffers are its children: destroying it destroys them first. On a CPU renderer, with
+    ``huge_pages`` its pages are advised as transparent huge pages (:func:`advise_huge_pages`),
+    with ``populate`` made at once (:func:`populate_pages`)."""
 
     def __init__(self, device: Device, nbytes: int, type_bits: int, kind: MemoryKind, what: str,
-                 huge_pages: bool = False):
+                 huge_pages: bool = False, populate: bool = False):
         self.device, self.nbytes, self.kind = device, nbytes, kind
         dev = device.handle
         self.memory, self.memory_type, self._mapping = _allocate(device, nbytes, type_bits, kind, what)
         self.host_visible = mapped = self._mapping is not None
         if huge_pages and mapped and device.is_cpu:
             advise_huge_pages(self._mapping)
+        if populate and mapped and device.is_cpu:
+            populate_pages(self._mapping)
         self.buffers: list[BlockBuffer] = []
         device.account_memory(nbytes)
 
@@ -286,10 +289,10 @@ class BlockBuffer(Buffer):
 
 
 def allocate_block(device: Device, sizes: list[tuple[int, str]], kind: MemoryKind = MemoryKind.DEVICE,
-                   usage: int = DEFAULT_USAGE, huge_pages: bool = False,
+                   usage: int = DEFAULT_USAGE, huge_pages: bool = False, populate: bool = False,
                    place: Callable[[list[tuple[int, int]]], list[int]] | None = None) -> tuple[MemoryBlock, list[BlockBuffer]]:
-    """Buffers of ``sizes`` ((bytes, name) each) in one new memory block, in order (``huge_pages``:
-    see :class:`MemoryBlock`). The budget (``Device.reserve_memory``) is checked buffer by
+    """Buffers of ``sizes`` ((bytes, name) each) in one new memory block, in order (``huge_pages``,
+    ``populate``: see :class:`MemoryBlock`). The budget (``Device.reserve_memory``) is checked buffer by
     buffer, so a refusal names the buffer that does not fit. ``place`` puts them instead: given
     each buffer's (bytes, alignment) it returns their offsets, where buffers may share memory
     (graph/allocation.place_shared); the budget is then checked for the block."""
@@ -315,7 +318,7 @@ def allocate_block(device: Device, sizes: list[tuple[int, str]], kind: MemoryKin
             end = max(o + n for o, (n, _) in zip(offsets, needs))
             device.reserve_memory(end, f"memory block of {len(sizes)} buffers sharing memory, {end} bytes")
         block = MemoryBlock(device, end, type_bits, kind, f"memory block of {len(sizes)} buffers, {end} bytes",
-                            huge_pages)
+                            huge_pages, populate)
     except BaseException:
         for handle in handles:
             vk.vkDestroyBuffer(dev, handle, None)
@@ -333,15 +336,14 @@ def allocate_block(device: Device, sizes: list[tuple[int, str]], kind: MemoryKin
 
 
 _HUGE_PAGE = 2 << 20
+_PAGE = mmap.PAGESIZE
+#: madvise(MADV_POPULATE_WRITE) (Linux 5.14; Python's mmap module names it from 3.13 only)
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None)
 
 
-def advise_huge_pages(mapping: Any) -> None:
-    """Ask Linux to back the whole 2 MiB pages inside ``mapping`` with transparent huge pages.
-    For the mapped device memory of a CPU renderer (lavapipe, SwiftShader), which is the
-    process's heap, not yet touched: first touches then fault and zero 2 MiB at a time instead of
-    4 KiB (numpy advises its large arrays the same way). Best effort: elsewhere, or refused,
-    nothing changes."""
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+def _madvise(mapping: Any, advice: int | None, page: int) -> None:
+    """madvise(``advice``) over the whole ``page``-sized pages inside ``mapping``; best effort:
+    elsewhere, or refused (an older kernel), nothing changes."""
     if advice is None or _libc is None:
         return
     from ._vk import ffi
@@ -351,9 +353,28 @@ def advise_huge_pages(mapping: Any) -> None:
         address, nbytes = int(ffi.cast("uintptr_t", pointer)), len(mapping)
     finally:
         ffi.release(pointer)
-    start, end = -(-address // _HUGE_PAGE) * _HUGE_PAGE, (address + nbytes) // _HUGE_PAGE * _HUGE_PAGE
+    start, end = -(-address // page) * page, (address + nbytes) // page * page
     if end > start:
         _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), advice)
+
+
+def advise_huge_pages(mapping: Any) -> None:
+    """Ask Linux to back the whole 2 MiB pages inside ``mapping`` with transparent huge pages.
+    For the mapped device memory of a CPU renderer (lavapipe, SwiftShader), which is the
+    process's heap, not yet touched: first touches then fault and zero 2 MiB at a time instead of
+    4 KiB (numpy advises its large arrays the same way). Best effort: elsewhere, or refused,
+    nothing changes."""
+    _madvise(mapping, getattr(mmap, "MADV_HUGEPAGE", None), _HUGE_PAGE)
+
+
+def populate_pages(mapping: Any) -> None:
+    """Make the pages of ``mapping`` present and writable now, in one call
+    (``MADV_POPULATE_WRITE``), instead of a page fault at the first write of each page not backed
+    yet (contents unchanged: device memory's are undefined until written). For the
+    mapped device memory of a CPU renderer that a packing shader will write: its worker threads
+    then store into present pages (see graph/scheduler.PrepackPlan.populates_destinations).
+    Best effort, as :func:`advise_huge_pages`."""
+    _madvise(mapping, _MADV_POPULATE_WRITE, _PAGE)
 
 
 #: texel formats of uniform texel buffers (all mandatory for that use): bytes per texel

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..config import GraphConfig
+from ..graph.allocation import BLOCK_NBYTES
 from ..graph.compute_graph import ComputeGraph
 from ..ggml import FORMATS
 from ..graph.packers import get_packer
@@ -174,9 +175,10 @@ def _host_pack_gbps(dev: Device, packer: str, arrays: list[np.ndarray], repeat: 
 
 def _fresh_device_gbps(size_mb: int, rounds: int = 5) -> float:
     """What the first load of a fresh process pays on top of a settled one, per packed byte:
-    staged loads of synthetic:<4 x size_mb> in fresh processes (the device of ``$VKGRAPH_DEVICE``), the
-    first load's time against the median of the settled loads (the third on) of the same
-    process; median over ``rounds`` processes. The simulator charges it to whoever first writes
+    reduce-peak loads of synthetic:<4 x size_mb> in fresh processes (the device of
+    ``$VKGRAPH_DEVICE``; not staged, which populates the packing shaders' memory on the CPU:
+    :func:`populate_gbps`), the first load's time against the median of the settled loads (the
+    third on) of the same process; median over ``rounds`` processes. The simulator charges it to whoever first writes
     the memory (lavapipe's device memory is the process heap): the GPU for a weight it packs, the
     CPU for one it writes straight (SmolLM2's GGML blocks on a CPU renderer: their first loads on
     lavapipe ran at 0.044..0.048 s, priced at 0.033 before the CPU paid it). 0 (free) where the
@@ -185,11 +187,39 @@ def _fresh_device_gbps(size_mb: int, rounds: int = 5) -> float:
 
     extra = []
     for _ in range(rounds):
-        loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "staged", None, SETTLING_LOADS + 2, check="last")
+        loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "reduce-peak", None, SETTLING_LOADS + 2, check="last")
         settled = statistics.median(r["load_s"] for r in loads[SETTLING_LOADS:])
         extra.append((loads[0]["load_s"] - settled) / loads[0]["total_constant_nbytes"])  # fp32: packed = source
     per_byte = statistics.median(extra)
     return 1 / per_byte / 1e9 if per_byte > 1e-12 else 0.0
+
+
+def populate_gbps(size_mb: int) -> float:
+    """The CPU giving a packing shader's weights memory whose pages are made at once (memory blocks
+    of allocation.BLOCK_NBYTES, populated as a staged load's are: runtime.memory.populate_pages),
+    ``size_mb`` MiB of them on the device of ``$VKGRAPH_DEVICE``, all alive at once as a load's
+    weights are. Run in a fresh process (:func:`_populate_gbps_in_fresh_process`): a process's
+    first load gets pages never touched before."""
+    count = max(1, (size_mb << 20) // BLOCK_NBYTES)
+    with Device() as dev:
+        blocks = []
+        try:
+            t0 = time.perf_counter()
+            for i in range(count):
+                blocks.append(allocate_block(dev, [(BLOCK_NBYTES, f"w{i}")], populate=True)[0])
+            seconds = time.perf_counter() - t0
+        finally:
+            for b in blocks:
+                b.destroy()
+    return count * BLOCK_NBYTES / seconds / 1e9
+
+
+def _populate_gbps_in_fresh_process(size_mb: int, rounds: int = 3) -> float:
+    """:func:`populate_gbps` in fresh Python processes, the median over ``rounds`` of them."""
+    from .bench import python_in_subprocess
+
+    code = f"from vkgraph.tools.calibrate import populate_gbps; print(populate_gbps({size_mb}))"
+    return statistics.median(float(python_in_subprocess(["-c", code]).split()[-1]) for _ in range(rounds))
 
 
 def _execute_times(dev: Device, build, inputs: dict[str, np.ndarray], repeat: int) -> tuple[float, float]:
@@ -520,6 +550,7 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     host["default"] = host["linear_4x4"]
     cpu_rate, gpu_rate = _contention(device, big, repeat)
     fresh_device = _fresh_device_gbps(size_mb)
+    populate = _populate_gbps_in_fresh_process(4 * size_mb) if device.is_cpu else None
     execute = _execute_rates(device, repeat, 2 * nbytes)
     p = device.physical
     profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
@@ -529,8 +560,9 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
                       host_pack_gbps=host, fresh_device_gbps=fresh_device, renderer=device.renderer, simd_width=device.simd_width,
                       max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute,
                       encode_direct_s=encode_direct_s, direct_copy_gbps=direct_copy,
-                      settled_direct_gbps=settled_direct, host_cpu=host_cpu() if device.is_cpu else "")
-    raw = {"fresh_device_gbps": fresh_device, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
+                      settled_direct_gbps=settled_direct, host_cpu=host_cpu() if device.is_cpu else "",
+                      populate_gbps=populate)
+    raw = {"fresh_device_gbps": fresh_device, "populate_gbps": populate, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
            "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "direct_copy_gbps": direct_copy, "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "pack_gbps": pack,
            "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
@@ -587,6 +619,8 @@ def _direct_toml(p: Profile) -> str:
         out += f"\ndirect_copy_gbps = {p.direct_copy_gbps:.4g}   # into a fresh memory block of such weights (first loads)"
     if p.settled_direct_gbps is not None:
         out += f"\nsettled_direct_gbps = {p.settled_direct_gbps:.4g}   # their bytes in later loads"
+    if p.populate_gbps is not None:
+        out += f"\npopulate_gbps = {p.populate_gbps:.4g}   # a packing shader's fresh memory made at once (staged first loads)"
     return out
 
 

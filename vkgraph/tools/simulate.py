@@ -15,7 +15,9 @@ each mode holds), models the staging ring with the same reserve/retire rule as
 - On the first load of a process every node also pays the first touch of its device memory where
   that memory is the process's own (``[gpu] fresh_device_gbps``: lavapipe's device memory is the
   process heap, so a fresh process faults it in): the GPU for what it packs, the CPU for what it
-  writes straight.
+  writes straight; where the plan populates the packing shaders' buffers
+  (scheduler.PrepackPlan.populates_destinations) on a CPU renderer, the CPU for those too, as it
+  gives a batch memory (``[cpu] populate_gbps``).
 - While both encode and pack at once, each runs at its profile rate (``[contention]``) of its
   speed alone: below 1 where the GPU is the CPU's own cores (lavapipe), 1 for separate hardware.
 - Reduce-peak mode waits for every batch (plus fence latency); legacy is one batch.
@@ -55,6 +57,7 @@ class SimNode:
     #: packing dispatches: row windows where a binding or texel buffer of the device's takes less
     #: than the whole weight (PrepackNode.windows)
     dispatches: int = 1
+    texture: bool = False  # packed into an image, not a buffer
 
     @property
     def shader(self) -> bool:
@@ -103,6 +106,13 @@ class Profile:
     #: such weights' bytes in a process's later loads, read from a file mapping and written into
     #: the blocks the allocator hands out then; None: direct_copy_gbps
     settled_direct_gbps: float | None = None
+    #: the CPU making fresh pages of a packing shader's buffers at once (runtime.memory.populate_pages,
+    #: a process's first load); None: fresh_copy_gbps (as fast on a Zen 4 host: 2.0 and 2.03 GB/s)
+    populate_gbps: float | None = None
+
+    @property
+    def populate_bandwidth(self) -> float:
+        return (self.populate_gbps or self.fresh_copy_gbps) * GB
 
     def staging_touch_gbps(self, huge_pages: bool) -> float:
         """The CPU's first touch of staging: at the rate into a fresh huge-page block where the
@@ -217,6 +227,7 @@ def load_profile(path: str | Path) -> Profile:
             encode_direct_s=float(cpu["encode_direct_us"]) * 1e-6 if "encode_direct_us" in cpu else None,
             direct_copy_gbps=float(cpu["direct_copy_gbps"]) if "direct_copy_gbps" in cpu else None,
             settled_direct_gbps=float(cpu["settled_direct_gbps"]) if "settled_direct_gbps" in cpu else None,
+            populate_gbps=float(cpu["populate_gbps"]) if "populate_gbps" in cpu else None,
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
@@ -225,6 +236,7 @@ def load_profile(path: str | Path) -> Profile:
     for key, v in (("cpu.copy_gbps", prof.copy_gbps), ("cpu.fresh_copy_gbps", prof.fresh_copy_gbps),
                    *((("cpu.direct_copy_gbps", prof.direct_copy_gbps),) if prof.direct_copy_gbps is not None else ()),
                    *((("cpu.settled_direct_gbps", prof.settled_direct_gbps),) if prof.settled_direct_gbps is not None else ()),
+                   *((("cpu.populate_gbps", prof.populate_gbps),) if prof.populate_gbps is not None else ()),
                    *((f"gpu.pack_gbps.{k}", v) for k, v in pack.items()),
                    *((f"cpu.host_pack_gbps.{k}", v) for k, v in prof.host_pack_gbps.items())):
         if v <= 0:
@@ -253,7 +265,7 @@ def model_nodes(model: str, profile: Profile | None = None) -> list[SimNode]:
         g = ComputeGraph.recording(facts=device_facts(profile)) if profile else ComputeGraph.recording()
         m.build(g)
     return [SimNode(g.values[n.src].name, n.packer.name, g.values[n.src].nbytes, g.values[n.dst].nbytes,
-                    len(n.windows(g)))
+                    len(n.windows(g)), g.values[n.dst].storage != "buffer")
             for n in g.prepack_nodes]
 
 
@@ -331,7 +343,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
              first_load: bool = False) -> Simulation:
     """Predict a load of ``nodes`` (mode: "legacy", "staged", "reduce-peak"; default from ``cfg``):
     a settled load (the process reuses memory it held), or with ``first_load`` the first load of a
-    fresh process (the GPU faults in the device memory it packs into)."""
+    fresh process (the GPU faults in the device memory it packs into, or the CPU populates it)."""
     total = sum(n.src_nbytes for n in nodes)
     mode = mode or run_prepack_mode(cfg, total)
 
@@ -344,6 +356,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
     plan, batch_nbytes = prepack.batches, prepack.batch_nbytes
     ring = RingModel(prepack.staging_capacity, profile.staging_alignment) if sum(batch_nbytes) else None
     touched = 0  # staging bytes already first-touched (the ring reuses them)
+    populate = first_load and prepack.populates_destinations and profile.cpu_renderer
 
     # What each batch costs alone: CPU seconds to encode and submit it, GPU seconds to pack it,
     # and the earlier batches whose staging it must wait for.
@@ -364,6 +377,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
             c += fresh / (profile.staging_touch_gbps(prepack.staging_huge_pages) * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
+            if populate and not n.texture:  # its buffer's pages made as the batch gets memory
+                c, fresh_s = c + n.packed_nbytes / profile.populate_bandwidth, 0.0
             if n.shader:
                 g += n.dispatches * profile.dispatch_s + n.packed_nbytes / profile.pack_bandwidth(n.packer)
                 dispatches += n.dispatches
