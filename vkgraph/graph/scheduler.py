@@ -136,10 +136,10 @@ class PrepackPlan:
         """Whether the device memory a packing shader writes gets its pages when its batch is
         given memory (on CPU renderers, runtime.memory.populate_pages): on the CPU, while the
         GPU packs the batch before, instead of a page fault in a worker thread at each 4 KiB page
-        the shader first stores to (synthetic:512's staged loads on a Zen 4 host, lavapipe at 512
-        bits: the packing's GPU time 0.57..0.65 s -> 0.37..0.45 s). Staged only: legacy and
-        reduce-peak would make them with nothing to overlap (legacy loads of synthetic:512
-        0.433 -> 0.620 s)."""
+        the shader first stores to (synthetic:512's staged first loads on a Zen 4 host, lavapipe at
+        512 bits, medians: 0.645 -> 0.542 s, the packing's GPU time 0.601 -> 0.443 s). Staged only:
+        legacy and reduce-peak would make them with nothing to overlap (legacy loads of
+        synthetic:512 in a trial: 0.433 -> 0.620 s)."""
         return self.mode == "staged"
 
 

@@ -178,8 +178,8 @@ def _fresh_device_gbps(size_mb: int, rounds: int = 5) -> float:
     reduce-peak loads of synthetic:<4 x size_mb> in fresh processes (the device of
     ``$VKGRAPH_DEVICE``; not staged, which populates the packing shaders' memory on the CPU:
     :func:`populate_gbps`), the first load's time against the median of the settled loads (the
-    third on) of the same process; median over ``rounds`` processes. The simulator charges it to whoever first writes
-    the memory (lavapipe's device memory is the process heap): the GPU for a weight it packs, the
+    third on) of the same process; median over ``rounds`` processes. The simulator charges it to
+    whoever first writes the memory (lavapipe's device memory is the process heap): the GPU for a weight it packs, the
     CPU for one it writes straight (SmolLM2's GGML blocks on a CPU renderer: their first loads on
     lavapipe ran at 0.044..0.048 s, priced at 0.033 before the CPU paid it). 0 (free) where the
     first load runs no slower."""
