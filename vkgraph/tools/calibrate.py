@@ -179,10 +179,10 @@ def _fresh_device_gbps(size_mb: int, rounds: int = 5) -> float:
     ``$VKGRAPH_DEVICE``; not staged, which populates the packing shaders' memory on the CPU:
     :func:`populate_gbps`), the first load's time against the median of the settled loads (the
     third on) of the same process; median over ``rounds`` processes. The simulator charges it to
-    whoever first writes the memory (lavapipe's device memory is the process heap): the GPU for a weight it packs, the
-    CPU for one it writes straight (SmolLM2's GGML blocks on a CPU renderer: their first loads on
-    lavapipe ran at 0.044..0.048 s, priced at 0.033 before the CPU paid it). 0 (free) where the
-    first load runs no slower."""
+    whoever first writes the memory (lavapipe's device memory is the process heap): the GPU for a
+    weight it packs, the CPU for one it writes straight (SmolLM2's GGML blocks on a CPU renderer:
+    their first loads on lavapipe ran at 0.044..0.048 s, priced at 0.033 before the CPU paid it).
+    0 (free) where the first load runs no slower."""
     from .bench import SETTLING_LOADS, load_in_subprocess
 
     extra = []
@@ -198,8 +198,8 @@ def populate_gbps(size_mb: int) -> float:
     """The CPU giving a packing shader's weights memory whose pages are made at once (memory blocks
     of allocation.BLOCK_NBYTES, populated as a staged load's are: runtime.memory.populate_pages),
     ``size_mb`` MiB of them on the device of ``$VKGRAPH_DEVICE``, all alive at once as a load's
-    weights are. Run in a fresh process (:func:`_populate_gbps_in_fresh_process`): a process's
-    first load gets pages never touched before."""
+    weights are. Run in fresh processes (:func:`_in_fresh_processes`): a process's first load
+    gets pages never touched before."""
     count = max(1, (size_mb << 20) // BLOCK_NBYTES)
     with Device() as dev:
         blocks = []
@@ -212,14 +212,6 @@ def populate_gbps(size_mb: int) -> float:
             for b in blocks:
                 b.destroy()
     return count * BLOCK_NBYTES / seconds / 1e9
-
-
-def _populate_gbps_in_fresh_process(size_mb: int, rounds: int = 3) -> float:
-    """:func:`populate_gbps` in fresh Python processes, the median over ``rounds`` of them."""
-    from .bench import python_in_subprocess
-
-    code = f"from vkgraph.tools.calibrate import populate_gbps; print(populate_gbps({size_mb}))"
-    return statistics.median(float(python_in_subprocess(["-c", code]).split()[-1]) for _ in range(rounds))
 
 
 def _execute_times(dev: Device, build, inputs: dict[str, np.ndarray], repeat: int) -> tuple[float, float]:
@@ -405,7 +397,7 @@ def pack_gbps(packer: str, size_mb: int, repeat: int, dispatch_s: float) -> floa
     """GPU packing bandwidth of ``packer`` on the device of ``$VKGRAPH_DEVICE``: median of
     ``repeat`` packings of :func:`_big_weights` after a warm-up one (single GPU timings on a
     shared machine vary by +-30%), ``dispatch_s`` per dispatch taken off. Run in a fresh process
-    (:func:`_pack_gbps_in_fresh_process`): in the calibration's own process, after its other
+    (:func:`_in_fresh_processes`): in the calibration's own process, after its other
     measurements, it measured 2.3 GB/s on lavapipe (0.69 on SwiftShader) against 1.45..1.5
     (0.5..0.62) in fresh processes, which is what loads' packing ran at."""
     arrays = _big_weights(size_mb)
@@ -415,14 +407,14 @@ def pack_gbps(packer: str, size_mb: int, repeat: int, dispatch_s: float) -> floa
     return statistics.median(packed / max(gpu - len(arrays) * dispatch_s, 1e-9) / 1e9 for _, gpu, packed in runs)
 
 
-def _pack_gbps_in_fresh_process(packer: str, size_mb: int, repeat: int, dispatch_s: float, rounds: int = 3) -> float:
-    """:func:`pack_gbps` in fresh Python processes on the same device (``$VKGRAPH_DEVICE``),
-    the median over ``rounds`` of them: on lavapipe a process packs at one of two speeds
-    (linear_4x4: 1.40..1.48 or 1.81..1.97 GB/s in eight processes in a row)."""
+def _in_fresh_processes(call: str, rounds: int = 3) -> float:
+    """The median of ``call`` (a call of a function of this module, as Python source) run in
+    ``rounds`` fresh Python processes on the same device (``$VKGRAPH_DEVICE``): on lavapipe a
+    process packs at one of two speeds (linear_4x4: 1.40..1.48 or 1.81..1.97 GB/s in eight
+    processes in a row)."""
     from .bench import python_in_subprocess
 
-    code = (f"from vkgraph.tools.calibrate import pack_gbps; "
-            f"print(pack_gbps({packer!r}, {size_mb}, {repeat}, {dispatch_s!r}))")
+    code = f"from vkgraph.tools import calibrate; print(calibrate.{call})"
     return statistics.median(float(python_in_subprocess(["-c", code]).split()[-1]) for _ in range(rounds))
 
 
@@ -535,7 +527,7 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     encode_direct_s, settled_direct = _direct_writes(device, repeat) or (None, None)
     dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
     big = _big_weights(size_mb)
-    pack = {"linear_4x4": _pack_gbps_in_fresh_process("linear_4x4", size_mb, repeat, dispatch_s)}
+    pack = {"linear_4x4": _in_fresh_processes(f"pack_gbps('linear_4x4', {size_mb}, {repeat}, {dispatch_s!r})")}
     pieces = [piece for a in big for piece in np.array_split(a, max(1, a.shape[0] // 32))]  # [32, 4096]: 0.5 MiB
     host = {name: _host_pack_gbps(device, name, pieces, repeat) for name in ("linear_4x4", "transposed")}
     # GGML blocks split into planes, timed as the other host forms: SmolLM2's first loads on
@@ -550,7 +542,7 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     host["default"] = host["linear_4x4"]
     cpu_rate, gpu_rate = _contention(device, big, repeat)
     fresh_device = _fresh_device_gbps(size_mb)
-    populate = _populate_gbps_in_fresh_process(4 * size_mb) if device.is_cpu else None
+    populate = _in_fresh_processes(f"populate_gbps({4 * size_mb})") if device.is_cpu else None
     execute = _execute_rates(device, repeat, 2 * nbytes)
     p = device.physical
     profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
