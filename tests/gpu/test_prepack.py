@@ -53,6 +53,36 @@ def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
     np.testing.assert_array_equal(got, REFERENCE[packer](w).reshape(-1).view(np.uint8))
 
 
+@pytest.mark.parametrize("most", [1 << 20, 16 * KiB])
+def test_weights_the_cpu_writes_get_huge_pages_only_up_to_a_loads_limit(device, compiler, monkeypatch, most):
+    """scheduler.PrepackPlan.direct_huge_pages: the memory blocks of the weights the CPU writes
+    itself are advised as huge pages while the load's such weights stay within
+    HUGE_DIRECT_UP_TO_NBYTES (here 1 MiB or 16 KiB, against 3 x 8 KiB), on 4 KiB pages beyond it;
+    the blocks a packing shader writes never. The weights are right either way."""
+    import vkgraph.graph.allocation as allocation
+    import vkgraph.graph.scheduler as scheduler
+
+    monkeypatch.setattr(scheduler, "HUGE_DIRECT_UP_TO_NBYTES", most)
+    advised = []
+
+    def spy(*args, **kwargs):
+        advised.append(kwargs.get("huge_pages", False))
+        return allocate_block(*args, **kwargs)
+
+    allocate_block = allocation.allocate_block
+    monkeypatch.setattr(allocation, "allocate_block", spy)
+    rng = np.random.default_rng(most)
+    ws = [rng.standard_normal((32, 64)).astype(np.float32) for _ in range(3)]
+    with graph(device, compiler, prepack__host_packing="cpu-renderer") as g:
+        dsts = [g.prepack_tensor(g.add_tensorref(w, f"w{i}"), "linear_4x4") for i, w in enumerate(ws)]
+        report = g.run_prepack()
+        for w, dst in zip(ws, dsts):
+            np.testing.assert_array_equal(g.read_tensor(dst), ref_linear_4x4(w).reshape(-1).view(np.uint8))
+    direct = device.host_visible_device_local and device.is_cpu
+    assert report.direct_writes == (3 if direct else 0)
+    assert advised and all(a == (direct and most > 3 * 8 * KiB) for a in advised)
+
+
 def test_sources_beyond_a_texel_buffer_pack_in_windows_read_as_texels(device, compiler, monkeypatch):
     """Where a device's texel buffers are smaller than a storage binding (SwiftShader's hold
     1 MiB of RGBA32UI), a linear_4x4 source beyond one packs in row windows that each fit one,

@@ -6,7 +6,7 @@ from vkgraph.config import GraphConfig
 from vkgraph.errors import ConfigError
 from vkgraph.ggml import FORMATS
 from vkgraph.graph.allocation import BLOCK_NBYTES
-from vkgraph.graph.scheduler import plan_prepack
+from vkgraph.graph.scheduler import HUGE_DIRECT_UP_TO_NBYTES, plan_prepack
 from vkgraph.tools.simulate import SimNode, load_profile, model_nodes, simulate
 
 KiB = 1024
@@ -223,6 +223,26 @@ def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
     for p, c in ((dataclasses.replace(cpu, cpu_renderer=False), cfg), (cpu, GraphConfig())):  # a GPU; the default
         shaders = simulate(nodes, c, p, "staged")
         assert shaders.packing_dispatches == 6 and sum(b.staging_nbytes for b in shaders.batches) == 5 * 4096 + 64
+
+
+def test_a_first_load_writing_more_than_the_huge_page_limit_touches_4k_pages():
+    """PrepackPlan.direct_huge_pages: the weights the CPU writes itself get huge pages up to
+    HUGE_DIRECT_UP_TO_NBYTES in a load; beyond it a first load on a CPU renderer writes them no
+    faster than its first touch of 4 KiB pages (``fresh_copy_gbps``). Settled loads, and smaller
+    first loads, at the host-form rate."""
+    most = HUGE_DIRECT_UP_TO_NBYTES
+    assert [plan_prepack("staged", [64], 16, GraphConfig(), n).direct_huge_pages
+            for n in (0, most, most + 1)] == [True, True, False]
+    cfg = GraphConfig().replace(prepack__host_packing="cpu-renderer")
+    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, host_pack_gbps={"linear_4x4": 8.0}, fresh_copy_gbps=2.0,
+                              fresh_device_gbps=0.0, source_read_gbps=0.0)
+
+    def encode_s(total, first_load):
+        return simulate(nodes_of([total // 4] * 4), cfg, cpu, "staged", first_load=first_load).cpu_encode_s
+
+    small, large = most // 2, 2 * most
+    assert encode_s(small, True) == pytest.approx(encode_s(small, False))
+    assert encode_s(large, True) - encode_s(large, False) == pytest.approx(large / 2e9 - large / 8e9)
 
 
 def test_a_staging_ring_is_first_touched_as_huge_pages_on_cpu_renderers():

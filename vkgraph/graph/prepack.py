@@ -104,7 +104,7 @@ class PrepackRun:
         cpu0 = time.perf_counter()
         batch = self.plan.batches[b]  # a range of node indices
         g.memory.allocate_blocks(((g.values[self.nodes[i].dst], self.nodes[i].direct) for i in batch),
-                                 populate=self.plan.populates_destinations)
+                                 populate=self.plan.populates_destinations, huge_pages=self.plan.direct_huge_pages)
         (cmd,) = self.pool.allocate()
         cmd.begin(one_time=True)
         slots = [self.slot[i] for i in batch if i in self.slot]  # consecutive
@@ -341,7 +341,8 @@ class Prepacker:
         in_place = self._import_in_place()
         hits = self.cache.lookup(skip=in_place) if self.cache else {}
         nodes = [n for i, n in enumerate(g.prepack_nodes) if i not in hits and i not in in_place]
-        plan = plan_prepack(mode, [n.staging_nbytes(g) for n in nodes], g.staging_alignment, g.config)
+        plan = plan_prepack(mode, [n.staging_nbytes(g) for n in nodes], g.staging_alignment, g.config,
+                            sum(g.values[n.dst].nbytes for n in nodes if n.direct))
         run = PrepackRun(g, plan, nodes, hits, progress, t0, self.read_done, len(self.cache.keys) if self.cache else 0)
         try:
             for i in in_place:

@@ -15,7 +15,8 @@ each mode holds), models the staging ring with the same reserve/retire rule as
 - On the first load of a process every node also pays the first touch of its device memory where
   that memory is the process's own (``[gpu] fresh_device_gbps``: lavapipe's device memory is the
   process heap, so a fresh process faults it in): the GPU for what it packs, the CPU for what it
-  writes straight; where the plan populates the packing shaders' buffers
+  writes straight (no faster than ``[cpu] fresh_copy_gbps`` where the plan leaves those blocks
+  on 4 KiB pages: scheduler.PrepackPlan.direct_huge_pages); where the plan populates the packing shaders' buffers
   (scheduler.PrepackPlan.populates_destinations) on a CPU renderer, the CPU for those too, as it
   gives a batch memory (``[cpu] populate_gbps``).
 - While both encode and pack at once, each runs at its profile rate (``[contention]``) of its
@@ -352,7 +353,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
                              cfg.prepack.host_packing)
 
     sizes = [0 if direct(n) else n.src_nbytes for n in nodes]
-    prepack = plan_prepack(mode, sizes, profile.staging_alignment, cfg)
+    prepack = plan_prepack(mode, sizes, profile.staging_alignment, cfg,
+                           sum(n.packed_nbytes for n in nodes if direct(n)))
     plan, batch_nbytes = prepack.batches, prepack.batch_nbytes
     ring = RingModel(prepack.staging_capacity, profile.staging_alignment) if sum(batch_nbytes) else None
     touched = 0  # staging bytes already first-touched (the ring reuses them)
@@ -371,7 +373,10 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
                 c += n.src_nbytes / (profile.source_read_gbps * GB)
             fresh_s = n.packed_nbytes / (profile.fresh_device_gbps * GB) if first_load and profile.fresh_device_gbps > 0 else 0.0
             if direct(n):  # a copy or a host form, into fresh pages; the CPU faults them in
-                c += profile.direct_node_s + n.src_nbytes / profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load) + fresh_s
+                rate = profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load)
+                if first_load and profile.cpu_renderer and not prepack.direct_huge_pages:  # 4 KiB pages' first touch
+                    rate = min(rate, profile.fresh_copy_gbps * GB)
+                c += profile.direct_node_s + n.src_nbytes / rate + fresh_s
                 continue
             c += profile.encode_node_s
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
