@@ -224,7 +224,7 @@ class PteFile:
             chk.count(cs.OffsetsLength(), 8, "constant offsets")
             self._constant_segment = self.segments[seg]
             self._constant_offsets = [int(o) for o in _np(cs.OffsetsAsNumpy())]
-        self._inline_buffers = chk.count(prog.ConstantBufferLength(), 4, "constant buffers")
+        chk.count(prog.ConstantBufferLength(), 4, "constant buffers")  # checked; a tensor in them is refused below
         inline_delegates = []
         for i in range(chk.count(prog.BackendDelegateDataLength(), 4, "delegate data")):
             d = prog.BackendDelegateData(i)
