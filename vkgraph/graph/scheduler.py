@@ -21,8 +21,9 @@ from ..config import GraphConfig
 
 MODES = ("legacy", "staged", "reduce-peak")
 #: Most bytes of weights the CPU writes itself, in one load, whose memory blocks are advised as
-#: huge pages on CPU renderers (PrepackPlan.direct_huge_pages): measured faster so up to 92 MiB
-#: (SmolLM2, MiniLM host-packed), slower from 244 MiB (synthetic:256 host-packed).
+#: huge pages on CPU renderers (PrepackPlan.direct_huge_pages): on this project's VMs huge pages
+#: loaded 92 MiB of them faster (SmolLM2, MiniLM host-packed) and 244 MiB or more slower
+#: (synthetic:256 and :512 host-packed).
 HUGE_DIRECT_UP_TO_NBYTES = 128 << 20
 
 
@@ -145,7 +146,9 @@ class PrepackPlan:
         backs each anew at its first touch. Host-packed first loads in fresh processes, the same
         minutes (Zen 4 host, medians of 4, huge pages against 4 KiB): SwiftShader MiniLM (86 MiB)
         0.041 against 0.064 s, synthetic:256 0.251 against 0.195, synthetic:512 0.990 against 0.335
-        (floor 0.294); lavapipe MiniLM 0.052 against 0.079, synthetic:512 0.993 against 0.411."""
+        (floor 0.294); lavapipe MiniLM 0.052 against 0.079, synthetic:512 0.993 against 0.411. In
+        hours when the huge pages did not stall, the large loads took as long either way (README,
+        "Packing at memory speed")."""
         return self.direct_nbytes <= HUGE_DIRECT_UP_TO_NBYTES
 
     @property

@@ -15,10 +15,10 @@ each mode holds), models the staging ring with the same reserve/retire rule as
 - On the first load of a process every node also pays the first touch of its device memory where
   that memory is the process's own (``[gpu] fresh_device_gbps``: lavapipe's device memory is the
   process heap, so a fresh process faults it in): the GPU for what it packs, the CPU for what it
-  writes straight (no faster than ``[cpu] fresh_copy_gbps`` where the plan leaves those blocks
-  on 4 KiB pages: scheduler.PrepackPlan.direct_huge_pages); where the plan populates the packing shaders' buffers
-  (scheduler.PrepackPlan.populates_destinations) on a CPU renderer, the CPU for those too, as it
-  gives a batch memory (``[cpu] populate_gbps``).
+  writes straight (no faster than ``[cpu] fresh_copy_gbps`` where the plan leaves those blocks on
+  4 KiB pages: scheduler.PrepackPlan.direct_huge_pages); where the plan populates the packing
+  shaders' buffers (scheduler.PrepackPlan.populates_destinations) on a CPU renderer, the CPU for
+  those too, as it gives a batch memory (``[cpu] populate_gbps``).
 - While both encode and pack at once, each runs at its profile rate (``[contention]``) of its
   speed alone: below 1 where the GPU is the CPU's own cores (lavapipe), 1 for separate hardware.
 - Reduce-peak mode waits for every batch (plus fence latency); legacy is one batch.
