@@ -172,6 +172,8 @@ class Linear4x4Packer(_Words2D):
     shader = "pack_linear_4x4"
     layout = "linear_4x4"
     host_form = True
+    BLOCKS = 8  # 4x4 blocks an invocation packs (SwiftShader's packing a quarter faster than with one)
+    defines = {"BLOCKS": BLOCKS}
 
     def pack_host(self, src: TensorRef, data: np.ndarray, out: np.ndarray) -> None:
         n, k = src.shape
@@ -206,10 +208,11 @@ class Linear4x4Packer(_Words2D):
         return struct.pack("<II", r1 - r0, src.shape[1])
 
     def work_items(self, dst: Tensor) -> int:
-        return dst.nbytes // 64  # one invocation per 4x4 block
+        return -(-dst.nbytes // (64 * self.BLOCKS))  # an invocation per BLOCKS 4x4 blocks
 
     def window_work(self, src: TensorRef, r0: int, r1: int) -> int:
-        return (r1 - r0 + 3) // 4 * ((src.shape[1] + 3) // 4)
+        blocks = (r1 - r0 + 3) // 4 * ((src.shape[1] + 3) // 4)
+        return -(-blocks // self.BLOCKS)
 
 
 class Conv2dC4Packer(Packer):

@@ -146,9 +146,7 @@ class PrepackPlan:
         backs each anew at its first touch. Host-packed first loads in fresh processes, the same
         minutes (Zen 4 host, medians of 4, huge pages against 4 KiB): SwiftShader MiniLM (86 MiB)
         0.041 against 0.064 s, synthetic:256 0.251 against 0.195, synthetic:512 0.990 against 0.335
-        (floor 0.294); lavapipe MiniLM 0.052 against 0.079, synthetic:512 0.993 against 0.411. In
-        hours when the huge pages did not stall, the large loads took as long either way (README,
-        "Packing at memory speed")."""
+        (floor 0.294); lavapipe MiniLM 0.052 against 0.079, synthetic:512 0.993 against 0.411."""
         return self.direct_nbytes <= HUGE_DIRECT_UP_TO_NBYTES
 
     @property
