@@ -3,12 +3,13 @@ interleaved with `vkgraph bench load --mode copy-floor` (the same constants' byt
 model's files into freshly allocated memory by numpy, nothing packed) in fresh processes of the
 same run. Prints medians and the floor / load ratio (1.0: a load at the speed of that copy).
 
-    .venv/bin/python benchmarks/pack_speed.py [--model synthetic:512] [--repeat 5]
+    .venv/bin/python benchmarks/pack_speed.py [--model synthetic:512] [--repeat 5] [--device swiftshader]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -27,7 +28,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="synthetic:512")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--device", help="renderer or device name (sets VKGRAPH_DEVICE)")
     args = ap.parse_args()
+    if args.device:
+        os.environ["VKGRAPH_DEVICE"] = args.device
     load_in_subprocess(args.model, "staged")  # the weights file exists and the shader caches are warm
     times: dict[str, list[float]] = {name: [] for name, _, _ in RUNS}
     info: dict[str, dict] = {}
