@@ -53,34 +53,83 @@ def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
     np.testing.assert_array_equal(got, REFERENCE[packer](w).reshape(-1).view(np.uint8))
 
 
+@pytest.mark.parametrize("host_packing", ["never", "cpu-renderer"])
 @pytest.mark.parametrize("most", [1 << 20, 16 * KiB])
-def test_weights_the_cpu_writes_get_huge_pages_only_up_to_a_loads_limit(device, compiler, monkeypatch, most):
-    """scheduler.PrepackPlan.direct_huge_pages: the memory blocks of the weights the CPU writes
-    itself are advised as huge pages while the load's such weights stay within
-    HUGE_DIRECT_UP_TO_NBYTES (here 1 MiB or 16 KiB, against 3 x 8 KiB), on 4 KiB pages beyond it;
-    the blocks a packing shader writes never. The weights are right either way."""
+def test_a_loads_weights_get_huge_pages_only_up_to_a_loads_limit(device, compiler, monkeypatch, most, host_packing):
+    """scheduler.PrepackPlan.direct_huge_pages and populated_huge_pages: the memory blocks of the
+    weights the CPU writes itself, and those a staged load populates for its packing shaders, are
+    advised as huge pages while the load's weights stay within HUGE_PAGES_UP_TO_NBYTES (here
+    1 MiB or 16 KiB, against 3 x 8 KiB), on 4 KiB pages beyond it (the advice acts on CPU
+    renderers only). The weights are right either way."""
     import vkgraph.graph.allocation as allocation
     import vkgraph.graph.scheduler as scheduler
 
-    monkeypatch.setattr(scheduler, "HUGE_DIRECT_UP_TO_NBYTES", most)
+    monkeypatch.setattr(scheduler, "HUGE_PAGES_UP_TO_NBYTES", most)
     advised = []
 
     def spy(*args, **kwargs):
-        advised.append(kwargs.get("huge_pages", False))
+        advised.append((kwargs.get("huge_pages", False), kwargs.get("populate", False)))
         return allocate_block(*args, **kwargs)
 
     allocate_block = allocation.allocate_block
     monkeypatch.setattr(allocation, "allocate_block", spy)
     rng = np.random.default_rng(most)
     ws = [rng.standard_normal((32, 64)).astype(np.float32) for _ in range(3)]
-    with graph(device, compiler, prepack__host_packing="cpu-renderer") as g:
+    with graph(device, compiler, prepack__host_packing=host_packing) as g:
         dsts = [g.prepack_tensor(g.add_tensorref(w, f"w{i}"), "linear_4x4") for i, w in enumerate(ws)]
         report = g.run_prepack()
         for w, dst in zip(ws, dsts):
             np.testing.assert_array_equal(g.read_tensor(dst), ref_linear_4x4(w).reshape(-1).view(np.uint8))
-    direct = device.host_visible_device_local and device.is_cpu
+    direct = device.host_visible_device_local and device.is_cpu and host_packing != "never"
     assert report.direct_writes == (3 if direct else 0)
-    assert advised and all(a == (direct and most > 3 * 8 * KiB) for a in advised)
+    assert advised and all(populate != direct for _, populate in advised)
+    assert all(huge == (most > 3 * 8 * KiB) for huge, _ in advised)
+
+
+def test_a_batch_s_cpu_written_weights_are_written_after_its_submit(device, compiler, monkeypatch):
+    """scheduler.PrepackPlan.writes_after_submit: a staged load submits each batch before the
+    CPU writes the weights of it that it packs itself (an identity weight on host-visible device
+    memory), so the GPU packs the rest meanwhile; legacy writes them before its one submit. Every
+    weight is right."""
+    import vkgraph.graph.nodes as nodes
+
+    if not device.host_visible_device_local:
+        pytest.skip("no weight is written by the CPU where device memory is not host-visible")
+    events = []
+    encode = nodes.PrepackNode.encode
+
+    def spy_encode(self, graph, *args):
+        events.append(("write" if self.direct else "stage", graph.values[self.src].name))
+        return encode(self, graph, *args)
+
+    submit = device.submit
+
+    def spy_submit(*args, **kwargs):
+        events.append(("submit", ""))
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(nodes.PrepackNode, "encode", spy_encode)
+    monkeypatch.setattr(device, "submit", spy_submit)
+    rng = np.random.default_rng(11)
+    ws = [rng.standard_normal((16, 32)).astype(np.float32) for _ in range(4)]
+    packers = ["identity", "linear_4x4", "identity", "linear_4x4"]
+    for legacy in (False, True):
+        events.clear()
+        with graph(device, compiler, prepack__threshold_nodes=1, prepack__initial_threshold_nodes=1) as g:
+            dsts = [g.prepack_tensor(g.add_tensorref(w, f"w{i}"), p) for i, (w, p) in enumerate(zip(ws, packers))]
+            if legacy:
+                g.encode_prepack()
+                g.prepack()
+            else:
+                g.run_prepack()
+            load = list(events)
+            for w, p, dst in zip(ws, packers, dsts):
+                np.testing.assert_array_equal(g.read_tensor(dst), REFERENCE[p](w).reshape(-1).view(np.uint8))
+        if legacy:
+            assert load == [("write", "w0"), ("stage", "w1"), ("write", "w2"), ("stage", "w3"), ("submit", "")]
+        else:  # batches w0 w1 | w2 w3 (a cut once the command buffer holds more than one node)
+            assert load == [("stage", "w1"), ("submit", ""), ("write", "w0"), ("stage", "w3"), ("submit", ""),
+                            ("write", "w2")]
 
 
 def test_sources_beyond_a_texel_buffer_pack_in_windows_read_as_texels(device, compiler, monkeypatch):
@@ -245,6 +294,10 @@ def test_trace_has_cpu_and_gpu_tracks(device, compiler, tmp_path):
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert {e["tid"] for e in spans if e["cat"] == "cpu"} == {1}
     assert len([e for e in spans if e["cat"] == "cpu"]) == report.submits
+    # the weights the CPU writes after a batch's submit (make_model's identity ones on host-visible memory)
+    writes = [e for e in spans if e["cat"] == "write"]
+    assert {e["tid"] for e in writes} <= {1} and len(writes) == sum(len(s.cpu_intervals) > 1 for s in report.spans)
+    assert bool(writes) == (device.host_visible_device_local and report.direct_writes > 0)
     if device.physical.timestamps_supported:
         assert len([e for e in spans if e["cat"] == "gpu" and e["tid"] == 2]) == report.submits
     assert trace["otherData"]["submits"] == report.submits

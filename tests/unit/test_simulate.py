@@ -6,7 +6,7 @@ from vkgraph.config import GraphConfig
 from vkgraph.errors import ConfigError
 from vkgraph.ggml import FORMATS
 from vkgraph.graph.allocation import BLOCK_NBYTES
-from vkgraph.graph.scheduler import HUGE_DIRECT_UP_TO_NBYTES, plan_prepack
+from vkgraph.graph.scheduler import HUGE_PAGES_UP_TO_NBYTES, plan_prepack
 from vkgraph.tools.simulate import SimNode, load_profile, model_nodes, simulate
 
 KiB = 1024
@@ -174,14 +174,19 @@ def test_every_shipped_profile_loads_and_names_its_device():
 
 def test_contention_slows_only_overlapping_work():
     """Shared processors (rates < 1) slow a staged load, where CPU encoding and GPU packing
-    overlap, and leave legacy and reduce-peak loads, where they take turns, as they were."""
+    overlap, and leave a legacy load, where they take turns, as it was; a reduce-peak load takes
+    turns too, but for the weights the CPU writes after each submit (PrepackPlan.writes_after_submit)."""
     nodes = model_nodes("synthetic:64")
-    cfg = GraphConfig()
+    packed_only = nodes_of([1 << 20] * 8)
+    cfg = GraphConfig().replace(prepack__threshold_nbytes=2 << 20, prepack__initial_threshold_nbytes=2 << 20)
     alone = dataclasses.replace(PROFILE, cpu_rate=1.0, gpu_rate=1.0)
     shared = dataclasses.replace(PROFILE, cpu_rate=0.5, gpu_rate=0.6)
-    for mode in ("legacy", "reduce-peak"):
-        a, s = simulate(nodes, cfg, alone, mode), simulate(nodes, cfg, shared, mode)
+    for mode, load in (("legacy", nodes), ("reduce-peak", packed_only)):
+        a, s = simulate(load, cfg, alone, mode), simulate(load, cfg, shared, mode)
+        assert s.submits > (mode == "reduce-peak")
         assert s.load_s == pytest.approx(a.load_s) and s.cpu_encode_s == pytest.approx(a.cpu_encode_s)
+    a, s = simulate(nodes, cfg, alone, "reduce-peak"), simulate(nodes, cfg, shared, "reduce-peak")
+    assert s.load_s > a.load_s
     a, s = simulate(nodes, cfg, alone, "staged"), simulate(nodes, cfg, shared, "staged")
     assert s.load_s > a.load_s and s.cpu_encode_s > a.cpu_encode_s and s.gpu_s > a.gpu_s
     # rates adding up to at least 1: never slower than the CPU and the GPU taking turns
@@ -214,7 +219,9 @@ def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
     node's bytes at the profile's host-pack bandwidth; elsewhere nothing changes."""
     nodes = nodes_of([4096] * 5) + nodes_of([64], packer="conv2d_c4")  # conv2d_c4: no host form
     cfg = GraphConfig().replace(prepack__host_packing="cpu-renderer")
-    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, host_pack_gbps={"linear_4x4": 2.0}, source_read_gbps=0.0)
+    # separate hardware: the writes after the submit overlap the conv2d packing (no contention to price)
+    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, host_pack_gbps={"linear_4x4": 2.0}, source_read_gbps=0.0,
+                              cpu_rate=1.0, gpu_rate=1.0)
     host = simulate(nodes, cfg, cpu, "staged")
     assert host.packing_dispatches == 1 and sum(b.staging_nbytes for b in host.batches) == 64
     assert host.cpu_encode_s == pytest.approx(5 * cpu.direct_node_s + cpu.encode_node_s + 5 * 4096 / 2e9
@@ -227,10 +234,10 @@ def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
 
 def test_a_first_load_writing_more_than_the_huge_page_limit_touches_4k_pages():
     """PrepackPlan.direct_huge_pages: the weights the CPU writes itself get huge pages up to
-    HUGE_DIRECT_UP_TO_NBYTES in a load; beyond it a first load on a CPU renderer writes them no
+    HUGE_PAGES_UP_TO_NBYTES in a load; beyond it a first load on a CPU renderer writes them no
     faster than its first touch of 4 KiB pages (``fresh_copy_gbps``). Settled loads, and smaller
     first loads, at the host-form rate."""
-    most = HUGE_DIRECT_UP_TO_NBYTES
+    most = HUGE_PAGES_UP_TO_NBYTES
     assert [plan_prepack("staged", [64], 16, GraphConfig(), n).direct_huge_pages
             for n in (0, most, most + 1)] == [True, True, False]
     cfg = GraphConfig().replace(prepack__host_packing="cpu-renderer")
@@ -324,6 +331,54 @@ def test_a_staged_first_load_on_a_cpu_renderer_populates_the_packing_shaders_mem
         before, after = simulate(ns, GraphConfig(), p, mode), simulate(ns, GraphConfig(), p, mode, first_load=True)
         assert after.gpu_s - before.gpu_s == pytest.approx(packed / 0.5e9)
         assert after.cpu_encode_s == pytest.approx(before.cpu_encode_s)
+
+
+def test_a_staged_first_load_of_at_most_the_huge_page_limit_populates_huge_pages():
+    """PrepackPlan.populated_huge_pages: where a staged load's weights, the CPU's and the GPU's
+    together, fit in HUGE_PAGES_UP_TO_NBYTES, the blocks it populates are advised as huge pages
+    too, priced at ``populate_huge_gbps`` (populate_gbps where the profile has none); beyond, or
+    not populating, at ``populate_gbps``."""
+    most = HUGE_PAGES_UP_TO_NBYTES
+    assert [plan_prepack("staged", [64], 16, GraphConfig(), d, p).populated_huge_pages
+            for d, p in ((0, most), (most // 2, most // 2), (1, most), (0, most + 1))] == [True, True, False, False]
+    assert not plan_prepack("reduce-peak", [64], 16, GraphConfig(), 0, 64).populated_huge_pages
+    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, populate_gbps=0.25, populate_huge_gbps=1.0,
+                              cpu_rate=1.0, gpu_rate=1.0)
+
+    def populate_s(total, profile):
+        nodes = nodes_of([total // 4] * 4)
+        return (simulate(nodes, GraphConfig(), profile, "staged", first_load=True).cpu_encode_s
+                - simulate(nodes, GraphConfig(), profile, "staged").cpu_encode_s)
+
+    small, large = most // 2, 2 * most
+    assert populate_s(small, cpu) == pytest.approx(small / 1e9)
+    assert populate_s(large, cpu) == pytest.approx(large / 0.25e9)
+    assert populate_s(small, dataclasses.replace(cpu, populate_huge_gbps=None)) == pytest.approx(small / 0.25e9)
+
+
+def test_a_batch_s_cpu_written_weights_are_written_after_its_submit():
+    """PrepackPlan.writes_after_submit: staged and reduce-peak loads submit a batch, then write its
+    weights the CPU packs itself while the GPU packs the rest; legacy writes them before its
+    submit."""
+    assert [plan_prepack(m, [64], 16, GraphConfig()).writes_after_submit
+            for m in ("staged", "reduce-peak", "legacy")] == [True, True, False]
+    nodes = nodes_of([8 << 20]) + nodes_of([1 << 20] * 4)
+    cfg = GraphConfig().replace(prepack__host_packing="cpu-renderer", prepack__initial_threshold_nbytes=1,
+                                prepack__threshold_nbytes=1)
+    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, host_pack_gbps={"linear_4x4": 2.0}, cpu_rate=1.0,
+                              gpu_rate=1.0, source_read_gbps=0.0)
+    nodes[1:] = [dataclasses.replace(n, packer="conv2d_c4") for n in nodes[1:]]  # no host form: the GPU packs them
+    for mode in ("staged", "reduce-peak"):
+        s = simulate(nodes, cfg, cpu, mode)
+        first = s.batches[0]
+        assert first.writes_end_s - first.cpu_end_s == pytest.approx(cpu.direct_node_s + (8 << 20) / 2e9)
+        assert first.gpu_start_s == pytest.approx(first.cpu_end_s)  # the GPU packs while the CPU writes
+        assert s.batches[1].cpu_start_s >= first.writes_end_s
+        assert all(b.writes_end_s == b.cpu_end_s for b in s.batches[1:])
+    legacy = simulate(nodes, cfg, cpu, "legacy")
+    (only,) = legacy.batches
+    assert only.writes_end_s == only.cpu_end_s and only.gpu_start_s >= only.cpu_end_s
+    assert only.cpu_end_s - only.cpu_start_s > cpu.direct_node_s + (8 << 20) / 2e9
 
 
 def test_bad_fresh_device_rate(tmp_path):

@@ -40,7 +40,8 @@ def cmd_bench_load(args: argparse.Namespace) -> int:
     if args.plot:
         from ..tools.plot import Span, plot_timeline
 
-        spans = [Span(s.index, s.cpu_start_s, s.cpu_end_s, s.gpu_start_s, s.gpu_end_s, s.staging_nbytes)
+        spans = [Span(s.index, s.cpu_start_s, s.cpu_end_s, s.gpu_start_s, s.gpu_end_s, s.staging_nbytes,
+                      s.writes_end_s)
                  for s in r.report.spans]
         plot_timeline(spans, r.report.waits, f"{args.model}, {args.mode}: load {r.report.load_s:.3f} s", args.plot)
     if args.json:

@@ -168,7 +168,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         from ..tools.plot import Span, plot_timeline
 
-        spans = [Span(b.index, b.cpu_start_s, b.cpu_end_s, b.gpu_start_s, b.gpu_end_s, b.staging_nbytes)
+        spans = [Span(b.index, b.cpu_start_s, b.cpu_end_s, b.gpu_start_s, b.gpu_end_s, b.staging_nbytes,
+                      b.writes_end_s)
                  for b in sim.batches]
         plot_timeline(spans, [], f"{args.model} on {profile.name}, {sim.mode} (simulated): {sim.load_s:.3f} s",
                       args.plot)

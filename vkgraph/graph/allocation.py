@@ -88,30 +88,35 @@ class TensorMemory:
         self._resources: list[Buffer | Image3D | MemoryBlock] = []
 
     def allocate_blocks(self, tensors: Iterable[tuple[Tensor, bool]], populate: bool = False,
-                        huge_pages: bool = True) -> None:
+                        huge_pages: bool = True, populated_huge_pages: bool = False) -> None:
         """Buffers for the buffer tensors among ``tensors`` ((tensor, whether the CPU writes it)
         pairs) that have no memory yet, in order, in as few memory blocks of at most BLOCK_NBYTES
         as that takes (a larger tensor: a block of its own). With ``huge_pages`` (the policy:
         scheduler.PrepackPlan.direct_huge_pages), blocks of tensors the CPU writes are advised as
-        huge pages on CPU renderers; the others never: the packing shaders' first touch
-        of fresh huge pages made synthetic:512's default loads slower on this VM (0.35..0.41x
-        the copy floor against 0.49..0.53x), while the CPU's made SmolLM2's 2-3x faster. With
-        ``populate``, blocks of tensors a shader writes get their pages at once, on the CPU
-        (runtime.memory.populate_pages; the policy: scheduler.PrepackPlan.populates_destinations).
-        The two kinds fill blocks apart, so a batch that alternates them (MiniLM: a bias the CPU
-        writes after each packed weight) still gets a few blocks, not one per tensor."""
+        huge pages on CPU renderers. With ``populate``, blocks of tensors a shader writes get their
+        pages at once, on the CPU (runtime.memory.populate_pages; the policy:
+        scheduler.PrepackPlan.populates_destinations), as huge pages with ``populated_huge_pages``
+        (PrepackPlan.populated_huge_pages); otherwise never: the packing shaders' first touch of
+        fresh huge pages made synthetic:512's default loads slower on this VM (0.35..0.41x the
+        copy floor against 0.49..0.53x). The two kinds fill blocks apart, so a batch that
+        alternates them (MiniLM: a bias the CPU writes after each packed weight) still gets a few
+        blocks, not one per tensor."""
         groups: dict[bool, list[Tensor]] = {False: [], True: []}
         nbytes = {False: 0, True: 0}
+
+        def block(cpu: bool) -> None:
+            self._block(groups[cpu], huge_pages if cpu else populate and populated_huge_pages, populate and not cpu)
+
         for t, cpu in tensors:
             if t.storage != "buffer" or t.resource is not None:
                 continue
             if groups[cpu] and nbytes[cpu] + t.nbytes > BLOCK_NBYTES:
-                self._block(groups[cpu], cpu and huge_pages, populate and not cpu)
+                block(cpu)
                 groups[cpu], nbytes[cpu] = [], 0
             groups[cpu].append(t)
             nbytes[cpu] += t.nbytes
-        for cpu, group in groups.items():
-            self._block(group, cpu and huge_pages, populate and not cpu)
+        for cpu in groups:
+            block(cpu)
 
     def _block(self, tensors: list[Tensor], huge_pages: bool = False, populate: bool = False, place=None) -> None:
         if not tensors:

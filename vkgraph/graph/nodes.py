@@ -103,11 +103,12 @@ class PrepackNode:
             return []
         return [self.texel(graph, w) for w in self.windows(graph)]
 
-    def encode(self, graph: ComputeGraph, cmd: CommandBuffer, region: StagingRegion | None,
+    def encode(self, graph: ComputeGraph, cmd: CommandBuffer | None, region: StagingRegion | None,
                pool: DescriptorPool | None, ring: StagingRing | None) -> int:
-        """Allocate the destination, stage and record the packing; returns dispatches recorded.
-        The texel views its dispatches read are the staging ring's (``ring.texel_view``). The
-        caller releases the source (after its last reader)."""
+        """Allocate the destination, stage and record the packing (a direct node: write it, with
+        no command buffer); returns dispatches recorded. The texel views its dispatches read are
+        the staging ring's (``ring.texel_view``). The caller releases the source (after its last
+        reader)."""
         src: TensorRef = graph.values[self.src]
         dst: Tensor = graph.values[self.dst]
         resource = dst.resource or graph.memory.allocate(dst)  # its batch's memory block, where it has one
@@ -116,7 +117,7 @@ class PrepackNode:
         if self.direct:
             self.packer.pack_host(src, data, dst.buffer.view())
         else:
-            assert region is not None
+            assert region is not None and cmd is not None
             offset = region.write(data, graph.staging_alignment)
             if self.packer.shader is None:
                 # the staged word padding too where the destination has it (GGML blocks)

@@ -35,7 +35,7 @@ from ..runtime import (
 from .nodes import PrepackNode, packer_bindings
 from .report import CommandBufferSpan, LoadReport
 from .scheduler import PrepackPlan, plan_prepack, run_prepack_mode
-from .staging import StagingRing
+from .staging import StagingRegion, StagingRing
 from .values import Tensor, TensorRef
 
 if TYPE_CHECKING:
@@ -104,7 +104,8 @@ class PrepackRun:
         cpu0 = time.perf_counter()
         batch = self.plan.batches[b]  # a range of node indices
         g.memory.allocate_blocks(((g.values[self.nodes[i].dst], self.nodes[i].direct) for i in batch),
-                                 populate=self.plan.populates_destinations, huge_pages=self.plan.direct_huge_pages)
+                                 populate=self.plan.populates_destinations, huge_pages=self.plan.direct_huge_pages,
+                                 populated_huge_pages=self.plan.populated_huge_pages)
         (cmd,) = self.pool.allocate()
         cmd.begin(one_time=True)
         slots = [self.slot[i] for i in batch if i in self.slot]  # consecutive
@@ -115,16 +116,11 @@ class PrepackRun:
             cmd.write_timestamp(self.queries, 2 * b, Stage.TOP_OF_PIPE)
         dispatches = 0
         for i in batch:
-            node = self.nodes[i]
-            src = g.values[node.src]
-            dispatches += node.encode(g, cmd, region, self.dpool, self.ring)
+            if self.nodes[i].direct and self.plan.writes_after_submit:
+                continue  # write_direct(b), once the batch is submitted
+            dispatches += self._encode_node(i, cmd, region)
             if self.queries and i in self.slot:
                 cmd.write_timestamp(self.queries, self.slot[i], Stage.BOTTOM_OF_PIPE)
-            self.read_done(src)
-            if self.record_paths:
-                self.report.tensor_paths[src.name] = "packed"
-            self.report.direct_writes += node.direct
-            self.node_done()
         cmd.compute_barrier()  # packed weights become visible to later dispatches and copies
         if self.queries:
             cmd.write_timestamp(self.queries, 2 * b + 1, Stage.BOTTOM_OF_PIPE)
@@ -135,6 +131,32 @@ class PrepackRun:
             b, len(batch), sum(self.nodes[i].staging_nbytes(g) for i in batch),
             dispatches, cpu0 - self.t0, 0.0))
 
+    def _encode_node(self, i: int, cmd: CommandBuffer | None, region: StagingRegion | None) -> int:
+        """Encode node ``i`` (PrepackNode.encode), then release its source; returns its dispatches."""
+        node, g = self.nodes[i], self.graph
+        src = g.values[node.src]
+        dispatches = node.encode(g, cmd, region, self.dpool, self.ring)
+        self.read_done(src)
+        if self.record_paths:
+            self.report.tensor_paths[src.name] = "packed"
+        self.report.direct_writes += node.direct
+        self.node_done()
+        return dispatches
+
+    def write_direct(self, b: int) -> None:
+        """Write batch ``b``'s weights the CPU packs itself, where the plan leaves them until the
+        batch is submitted (scheduler.PrepackPlan.writes_after_submit): the GPU packs the rest of
+        the batch meanwhile. Their memory is the batch's (given in encode); they record nothing."""
+        if not self.plan.writes_after_submit:
+            return
+        cpu0 = time.perf_counter()
+        for i in self.plan.batches[b]:
+            if self.nodes[i].direct:
+                self._encode_node(i, None, None)
+        span = self.report.spans[b]
+        span.writes_end_s = time.perf_counter() - self.t0
+        self.report.cpu_encode_s += span.writes_end_s - (cpu0 - self.t0)
+
     def submit(self, b: int) -> None:
         """Submit batch ``b`` with a fence of its own; its staging is reused once that signals."""
         fence = self.fences[b] = Fence(self.graph.device)
@@ -142,7 +164,7 @@ class PrepackRun:
         if self.regions[b] is not None:
             self.ring.attach(self.regions[b], fence)
         span = self.report.spans[b]
-        span.cpu_end_s = time.perf_counter() - self.t0
+        span.cpu_end_s = span.writes_end_s = time.perf_counter() - self.t0
         self.report.cpu_encode_s += span.cpu_end_s - span.cpu_start_s
 
     def _wait_fence(self, fence: Fence) -> None:
@@ -243,6 +265,7 @@ class Staged:
         for b in range(len(run.plan.batches)):
             run.encode(b)
             run.submit(b)
+            run.write_direct(b)
             if run.plan.waits_each_batch:
                 run.wait(b)
 
@@ -341,8 +364,10 @@ class Prepacker:
         in_place = self._import_in_place()
         hits = self.cache.lookup(skip=in_place) if self.cache else {}
         nodes = [n for i, n in enumerate(g.prepack_nodes) if i not in hits and i not in in_place]
+        dsts = [g.values[n.dst] for n in nodes]
         plan = plan_prepack(mode, [n.staging_nbytes(g) for n in nodes], g.staging_alignment, g.config,
-                            sum(g.values[n.dst].nbytes for n in nodes if n.direct))
+                            sum(t.nbytes for n, t in zip(nodes, dsts) if n.direct),
+                            sum(t.nbytes for n, t in zip(nodes, dsts) if not n.direct and t.storage == "buffer"))
         run = PrepackRun(g, plan, nodes, hits, progress, t0, self.read_done, len(self.cache.keys) if self.cache else 0)
         try:
             for i in in_place:

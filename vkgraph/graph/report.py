@@ -24,6 +24,15 @@ class CommandBufferSpan:
     cpu_end_s: float  # submitted
     gpu_start_s: float | None = None  # from timestamps, on the host clock
     gpu_end_s: float | None = None
+    #: the CPU wrote the batch's weights that it packs itself, after the submit, until then
+    #: (scheduler.PrepackPlan.writes_after_submit); cpu_end_s where it wrote none then
+    writes_end_s: float | None = None
+
+    @property
+    def cpu_intervals(self) -> list[tuple[float, float]]:
+        """When the CPU worked on the batch: encoding it, then writing its weights after the submit."""
+        after = [(self.cpu_end_s, self.writes_end_s)] if self.writes_end_s and self.writes_end_s > self.cpu_end_s else []
+        return [(self.cpu_start_s, self.cpu_end_s), *after]
 
     @property
     def gpu_s(self) -> float:
@@ -78,7 +87,7 @@ class LoadReport:
         gpu = self.gpu_s
         if gpu <= 0:
             return 0.0
-        cpu = [(s.cpu_start_s, s.cpu_end_s) for s in self.spans]
+        cpu = [c for s in self.spans for c in s.cpu_intervals]
         both = 0.0
         for s in self.spans:
             if s.gpu_start_s is None:
@@ -146,6 +155,9 @@ class LoadReport:
             args = {"nodes": s.nodes, "staging_nbytes": s.staging_nbytes, "packing_dispatches": s.packing_dispatches}
             ev.append({"ph": "X", "pid": 1, "tid": 1, "cat": "cpu", "name": f"encode cmd {s.index}",
                        "ts": us(s.cpu_start_s), "dur": us(s.cpu_end_s - s.cpu_start_s), "args": args})
+            for c0, c1 in s.cpu_intervals[1:]:
+                ev.append({"ph": "X", "pid": 1, "tid": 1, "cat": "write", "name": f"writes of cmd {s.index}",
+                           "ts": us(c0), "dur": us(c1 - c0)})
             if s.gpu_start_s is not None:
                 ev.append({"ph": "X", "pid": 1, "tid": 2, "cat": "gpu", "name": f"cmd {s.index}",
                            "ts": us(s.gpu_start_s), "dur": us(s.gpu_s), "args": args})

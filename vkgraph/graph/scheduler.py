@@ -20,11 +20,11 @@ from typing import Sequence
 from ..config import GraphConfig
 
 MODES = ("legacy", "staged", "reduce-peak")
-#: Most bytes of weights the CPU writes itself, in one load, whose memory blocks are advised as
-#: huge pages on CPU renderers (PrepackPlan.direct_huge_pages): on this project's VMs huge pages
-#: loaded 92 MiB of them faster (SmolLM2, MiniLM host-packed) and 244 MiB or more slower
-#: (synthetic:256 and :512 host-packed).
-HUGE_DIRECT_UP_TO_NBYTES = 128 << 20
+#: Most bytes of a load's weights whose memory blocks are advised as huge pages on CPU renderers
+#: (PrepackPlan.direct_huge_pages, PrepackPlan.populated_huge_pages): on this project's VMs huge
+#: pages loaded 86-92 MiB of weights faster (SmolLM2, MiniLM) and 244 MiB or more slower
+#: (synthetic:256 and :512).
+HUGE_PAGES_UP_TO_NBYTES = 128 << 20
 
 
 def align_up(n: int, a: int) -> int:
@@ -123,6 +123,7 @@ class PrepackPlan:
     batch_nbytes: list[int]  # staging each batch reserves (every node's bytes aligned)
     staging_capacity: int
     direct_nbytes: int = 0  # device memory of the weights the CPU writes itself (packers.packs_on_host)
+    packed_nbytes: int = 0  # buffer memory of the weights the GPU writes (packing shaders, copies)
 
     @property
     def waits_each_batch(self) -> bool:
@@ -140,14 +141,34 @@ class PrepackPlan:
     @property
     def direct_huge_pages(self) -> bool:
         """Whether the memory blocks of the weights the CPU writes itself are advised as huge
-        pages (on CPU renderers): up to HUGE_DIRECT_UP_TO_NBYTES of them in the load. A huge page's
+        pages (on CPU renderers): up to HUGE_PAGES_UP_TO_NBYTES of them in the load. A huge page's
         first touch faults and zeroes 2 MiB at once instead of 4 KiB, but where free 2 MiB blocks go
         back to a VM's host (a balloon's free page reporting, as on this project's VMs), the host
         backs each anew at its first touch. Host-packed first loads in fresh processes, the same
         minutes (Zen 4 host, medians of 4, huge pages against 4 KiB): SwiftShader MiniLM (86 MiB)
         0.041 against 0.064 s, synthetic:256 0.251 against 0.195, synthetic:512 0.990 against 0.335
         (floor 0.294); lavapipe MiniLM 0.052 against 0.079, synthetic:512 0.993 against 0.411."""
-        return self.direct_nbytes <= HUGE_DIRECT_UP_TO_NBYTES
+        return self.direct_nbytes <= HUGE_PAGES_UP_TO_NBYTES
+
+    @property
+    def populated_huge_pages(self) -> bool:
+        """Whether the memory blocks the plan populates (populates_destinations) are advised as
+        huge pages too (on CPU renderers): where all of the load's weights, those the CPU writes
+        and those the GPU writes, fit in HUGE_PAGES_UP_TO_NBYTES. Populating 2 MiB pages made
+        MiniLM's staged first loads 0.093 -> 0.083 s on SwiftShader, 0.083 -> 0.073 on lavapipe
+        (86 MiB; Zen 4 host, medians of 8 fresh processes, alternating); synthetic:256's (252 MiB)
+        0.316 -> 0.800 and 0.303 -> 0.736 (the huge pages' first touch, as above)."""
+        return self.populates_destinations and self.direct_nbytes + self.packed_nbytes <= HUGE_PAGES_UP_TO_NBYTES
+
+    @property
+    def writes_after_submit(self) -> bool:
+        """Whether the CPU writes a batch's weights that it packs itself (packers.packs_on_host)
+        after submitting the batch, while the GPU packs the rest of it: staged and reduce-peak.
+        Before that the GPU waited for them: MiniLM's first batch holds its 45.5 MiB embedding
+        table, written before the first submit (staged first loads, Zen 4 host, medians of 8
+        fresh processes, alternating: 0.093 -> 0.081 s on SwiftShader, 0.083 -> 0.071 on lavapipe).
+        Legacy encodes everything before its one submit."""
+        return self.mode != "legacy"
 
     @property
     def populates_destinations(self) -> bool:
@@ -162,9 +183,10 @@ class PrepackPlan:
 
 
 def plan_prepack(mode: str, staging_nbytes: Sequence[int], alignment: int, cfg: GraphConfig,
-                 direct_nbytes: int = 0) -> PrepackPlan:
+                 direct_nbytes: int = 0, packed_nbytes: int = 0) -> PrepackPlan:
     """The plan of a prepack in ``mode`` of nodes staging these bytes (each node's staging
-    starts at a multiple of ``alignment``) and writing ``direct_nbytes`` of weights from the CPU."""
+    starts at a multiple of ``alignment``), writing ``direct_nbytes`` of weights from the CPU and
+    ``packed_nbytes`` of buffers from the GPU."""
     if mode not in MODES:
         raise ValueError(f"prepack mode must be one of {', '.join(MODES)}, not {mode!r}")
     cuts = [] if mode == "legacy" else prepack_cut_points(staging_nbytes, PrepackThresholds.from_config(cfg))
@@ -177,7 +199,7 @@ def plan_prepack(mode: str, staging_nbytes: Sequence[int], alignment: int, cfg: 
         capacity = max(batch_nbytes, default=0)
     else:
         capacity = min(cfg.resolved.prepack.staging_ring_nbytes, total)
-    return PrepackPlan(mode, plan, batch_nbytes, capacity, direct_nbytes)
+    return PrepackPlan(mode, plan, batch_nbytes, capacity, direct_nbytes, packed_nbytes)
 
 
 def execute_cut_points(node_count: int, cfg: GraphConfig) -> list[int]:

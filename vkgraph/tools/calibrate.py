@@ -17,6 +17,7 @@ from ..graph.allocation import BLOCK_NBYTES
 from ..graph.compute_graph import ComputeGraph
 from ..ggml import FORMATS
 from ..graph.packers import get_packer
+from ..graph.scheduler import HUGE_PAGES_UP_TO_NBYTES
 from ..graph.values import ArraySource, TensorRef
 from ..paths import user_cache_dir
 from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind, allocate_block
@@ -194,19 +195,20 @@ def _fresh_device_gbps(size_mb: int, rounds: int = 5) -> float:
     return 1 / per_byte / 1e9 if per_byte > 1e-12 else 0.0
 
 
-def populate_gbps(size_mb: int) -> float:
+def populate_gbps(size_mb: int, huge_pages: bool = False) -> float:
     """The CPU giving a packing shader's weights memory whose pages are made at once (memory blocks
-    of allocation.BLOCK_NBYTES, populated as a staged load's are: runtime.memory.populate_pages),
-    ``size_mb`` MiB of them on the device of ``$VKGRAPH_DEVICE``, all alive at once as a load's
-    weights are. Run in fresh processes (:func:`_in_fresh_processes`): a process's first load
-    gets pages never touched before."""
+    of allocation.BLOCK_NBYTES, populated as a staged load's are: runtime.memory.populate_pages;
+    advised as huge pages with ``huge_pages``), ``size_mb`` MiB of them on the device of
+    ``$VKGRAPH_DEVICE``, all alive at once as a load's weights are. Run in fresh processes
+    (:func:`_in_fresh_processes`): a process's first load gets pages never touched before."""
     count = max(1, (size_mb << 20) // BLOCK_NBYTES)
     with Device() as dev:
         blocks = []
         try:
             t0 = time.perf_counter()
             for i in range(count):
-                blocks.append(allocate_block(dev, [(BLOCK_NBYTES, f"w{i}")], populate=True)[0])
+                blocks.append(allocate_block(dev, [(BLOCK_NBYTES, f"w{i}")], populate=True,
+                                             huge_pages=huge_pages)[0])
             seconds = time.perf_counter() - t0
         finally:
             for b in blocks:
@@ -543,6 +545,9 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     cpu_rate, gpu_rate = _contention(device, big, repeat)
     fresh_device = _fresh_device_gbps(size_mb)
     populate = _in_fresh_processes(f"populate_gbps({4 * size_mb})") if device.is_cpu else None
+    # huge pages only for a load's first HUGE_PAGES_UP_TO_NBYTES: measured on that many
+    populate_huge = _in_fresh_processes(f"populate_gbps({HUGE_PAGES_UP_TO_NBYTES >> 20}, huge_pages=True)") \
+        if device.is_cpu else None
     execute = _execute_rates(device, repeat, 2 * nbytes)
     p = device.physical
     profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
@@ -553,8 +558,8 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
                       max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute,
                       encode_direct_s=encode_direct_s, direct_copy_gbps=direct_copy,
                       settled_direct_gbps=settled_direct, host_cpu=host_cpu() if device.is_cpu else "",
-                      populate_gbps=populate)
-    raw = {"fresh_device_gbps": fresh_device, "populate_gbps": populate, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
+                      populate_gbps=populate, populate_huge_gbps=populate_huge)
+    raw = {"fresh_device_gbps": fresh_device, "populate_gbps": populate, "populate_huge_gbps": populate_huge, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
            "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "direct_copy_gbps": direct_copy, "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "pack_gbps": pack,
            "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
@@ -613,6 +618,8 @@ def _direct_toml(p: Profile) -> str:
         out += f"\nsettled_direct_gbps = {p.settled_direct_gbps:.4g}   # their bytes in later loads"
     if p.populate_gbps is not None:
         out += f"\npopulate_gbps = {p.populate_gbps:.4g}   # a packing shader's fresh memory made at once (staged first loads)"
+    if p.populate_huge_gbps is not None:
+        out += f"\npopulate_huge_gbps = {p.populate_huge_gbps:.4g}   # the same on huge pages (loads of at most 128 MiB)"
     return out
 
 

@@ -18,6 +18,7 @@ class Span:
     gpu_start_s: float | None
     gpu_end_s: float | None
     staging_nbytes: int
+    writes_end_s: float | None = None  # the CPU's writes after the submit ended (report.CommandBufferSpan)
 
 
 def staging_in_use(spans: Sequence[Span]) -> list[tuple[float, int]]:
@@ -52,6 +53,8 @@ def plot_timeline(spans: Sequence[Span], waits: Sequence[tuple[float, float]], t
     fig, (ax, mem) = plt.subplots(2, 1, figsize=(11, 5.5), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     for s in spans:
         ax.broken_barh([(s.cpu_start_s, s.cpu_end_s - s.cpu_start_s)], (1.6, 0.8), color="tab:blue", alpha=0.8)
+        if s.writes_end_s is not None and s.writes_end_s > s.cpu_end_s:  # weights written after the submit
+            ax.broken_barh([(s.cpu_end_s, s.writes_end_s - s.cpu_end_s)], (1.6, 0.8), color="tab:blue", alpha=0.4)
         if s.gpu_start_s is not None and s.gpu_end_s is not None:
             ax.broken_barh([(s.gpu_start_s, s.gpu_end_s - s.gpu_start_s)], (0.1, 0.8), color="tab:orange", alpha=0.8)
     ax.broken_barh([(a, b - a) for a, b in waits], (2.5, 0.4), color="tab:red", alpha=0.6)

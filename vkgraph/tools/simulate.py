@@ -8,8 +8,9 @@ each mode holds), models the staging ring with the same reserve/retire rule as
 
 - CPU per batch: reserve staging (waiting for the oldest batches' fences when the ring is full),
   encode each node (reading its bytes from the file mapping, then a fixed cost plus copying
-  them into staging, or, for weights the CPU packs itself (graph.packers.packs_on_host), writing
-  them straight into device memory: Profile.host_pack_bandwidth), then submit.
+  them into staging), submit, then write the weights the CPU packs itself
+  (graph.packers.packs_on_host) straight into device memory (Profile.host_pack_bandwidth; in
+  legacy mode before the submit: scheduler.PrepackPlan.writes_after_submit).
 - GPU per batch: starts when submitted and the queue is free; each node costs a dispatch overhead
   plus its packed bytes over the packer kind's bandwidth.
 - On the first load of a process every node also pays the first touch of its device memory where
@@ -18,7 +19,8 @@ each mode holds), models the staging ring with the same reserve/retire rule as
   writes straight (no faster than ``[cpu] fresh_copy_gbps`` where the plan leaves those blocks on
   4 KiB pages: scheduler.PrepackPlan.direct_huge_pages); where the plan populates the packing
   shaders' buffers (scheduler.PrepackPlan.populates_destinations) on a CPU renderer, the CPU for
-  those too, as it gives a batch memory (``[cpu] populate_gbps``).
+  those too, as it gives a batch memory (``[cpu] populate_gbps``, ``populate_huge_gbps`` where
+  the plan advises them as huge pages: PrepackPlan.populated_huge_pages).
 - While both encode and pack at once, each runs at its profile rate (``[contention]``) of its
   speed alone: below 1 where the GPU is the CPU's own cores (lavapipe), 1 for separate hardware.
 - Reduce-peak mode waits for every batch (plus fence latency); legacy is one batch.
@@ -110,10 +112,14 @@ class Profile:
     #: the CPU making fresh pages of a packing shader's buffers at once (runtime.memory.populate_pages,
     #: a process's first load); None: fresh_copy_gbps (as fast on a Zen 4 host: 2.0 and 2.03 GB/s)
     populate_gbps: float | None = None
+    #: the same on huge pages (scheduler.PrepackPlan.populated_huge_pages); None: populate_gbps
+    populate_huge_gbps: float | None = None
 
-    @property
-    def populate_bandwidth(self) -> float:
-        return (self.populate_gbps or self.fresh_copy_gbps) * GB
+    def populate_bandwidth(self, huge_pages: bool = False) -> float:
+        """Populating a packing shader's buffers: on huge pages where the plan advises them
+        (PrepackPlan.populated_huge_pages) and the profile has that rate."""
+        rate = self.populate_huge_gbps if huge_pages and self.populate_huge_gbps else self.populate_gbps
+        return (rate or self.fresh_copy_gbps) * GB
 
     def staging_touch_gbps(self, huge_pages: bool) -> float:
         """The CPU's first touch of staging: at the rate into a fresh huge-page block where the
@@ -229,6 +235,7 @@ def load_profile(path: str | Path) -> Profile:
             direct_copy_gbps=float(cpu["direct_copy_gbps"]) if "direct_copy_gbps" in cpu else None,
             settled_direct_gbps=float(cpu["settled_direct_gbps"]) if "settled_direct_gbps" in cpu else None,
             populate_gbps=float(cpu["populate_gbps"]) if "populate_gbps" in cpu else None,
+            populate_huge_gbps=float(cpu["populate_huge_gbps"]) if "populate_huge_gbps" in cpu else None,
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
@@ -238,6 +245,7 @@ def load_profile(path: str | Path) -> Profile:
                    *((("cpu.direct_copy_gbps", prof.direct_copy_gbps),) if prof.direct_copy_gbps is not None else ()),
                    *((("cpu.settled_direct_gbps", prof.settled_direct_gbps),) if prof.settled_direct_gbps is not None else ()),
                    *((("cpu.populate_gbps", prof.populate_gbps),) if prof.populate_gbps is not None else ()),
+                   *((("cpu.populate_huge_gbps", prof.populate_huge_gbps),) if prof.populate_huge_gbps is not None else ()),
                    *((f"gpu.pack_gbps.{k}", v) for k, v in pack.items()),
                    *((f"cpu.host_pack_gbps.{k}", v) for k, v in prof.host_pack_gbps.items())):
         if v <= 0:
@@ -317,6 +325,9 @@ class BatchTimeline:
     cpu_end_s: float
     gpu_start_s: float
     gpu_end_s: float
+    #: the CPU's writes of the batch's weights after the submit (PrepackPlan.writes_after_submit)
+    #: ended; cpu_end_s where it has none
+    writes_end_s: float = 0.0
 
 
 @dataclass
@@ -354,36 +365,42 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
 
     sizes = [0 if direct(n) else n.src_nbytes for n in nodes]
     prepack = plan_prepack(mode, sizes, profile.staging_alignment, cfg,
-                           sum(n.packed_nbytes for n in nodes if direct(n)))
+                           sum(n.packed_nbytes for n in nodes if direct(n)),
+                           sum(n.packed_nbytes for n in nodes if not direct(n) and not n.texture))
     plan, batch_nbytes = prepack.batches, prepack.batch_nbytes
     ring = RingModel(prepack.staging_capacity, profile.staging_alignment) if sum(batch_nbytes) else None
     touched = 0  # staging bytes already first-touched (the ring reuses them)
     populate = first_load and prepack.populates_destinations and profile.cpu_renderer
 
-    # What each batch costs alone: CPU seconds to encode and submit it, GPU seconds to pack it,
-    # and the earlier batches whose staging it must wait for.
-    cpu_work, gpu_work, waits = [], [], []
+    # What each batch costs alone: CPU seconds to encode and submit it (and to write its weights
+    # the CPU packs itself after the submit), GPU seconds to pack it, and the earlier batches
+    # whose staging it must wait for.
+    cpu_work, cpu_after, gpu_work, waits = [], [], [], []
     dispatches = 0
+    populate_rate = profile.populate_bandwidth(prepack.populated_huge_pages)
     for b, rng in enumerate(plan):
         waits.append(ring.reserve(batch_nbytes[b], b) if ring is not None and batch_nbytes[b] else [])
-        c = g = 0.0
+        c = g = after = 0.0
         for i in rng:
             n = nodes[i]
-            if profile.source_read_gbps > 0:  # weights come from file mappings: page faults on first read
-                c += n.src_nbytes / (profile.source_read_gbps * GB)
+            read_s = n.src_nbytes / (profile.source_read_gbps * GB) if profile.source_read_gbps > 0 else 0.0  # file pages' first read
             fresh_s = n.packed_nbytes / (profile.fresh_device_gbps * GB) if first_load and profile.fresh_device_gbps > 0 else 0.0
             if direct(n):  # a copy or a host form, into fresh pages; the CPU faults them in
                 rate = profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load)
                 if first_load and profile.cpu_renderer and not prepack.direct_huge_pages:  # 4 KiB pages' first touch
                     rate = min(rate, profile.fresh_copy_gbps * GB)
-                c += profile.direct_node_s + n.src_nbytes / rate + fresh_s
+                w = read_s + profile.direct_node_s + n.src_nbytes / rate + fresh_s
+                if prepack.writes_after_submit:
+                    after += w
+                else:
+                    c += w
                 continue
-            c += profile.encode_node_s
+            c += read_s + profile.encode_node_s
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
             c += fresh / (profile.staging_touch_gbps(prepack.staging_huge_pages) * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
             if populate and not n.texture:  # its buffer's pages made as the batch gets memory
-                c, fresh_s = c + n.packed_nbytes / profile.populate_bandwidth, 0.0
+                c, fresh_s = c + n.packed_nbytes / populate_rate, 0.0
             if n.shader:
                 g += n.dispatches * profile.dispatch_s + n.packed_nbytes / profile.pack_bandwidth(n.packer)
                 dispatches += n.dispatches
@@ -391,12 +408,13 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
                 g += n.src_nbytes / profile.pack_bandwidth("identity")
             g += fresh_s
         cpu_work.append(c + profile.submit_s)
+        cpu_after.append(after)
         gpu_work.append(g)
 
-    out = _run_timelines(cpu_work, gpu_work, waits, [len(r) for r in plan],
+    out = _run_timelines(cpu_work, cpu_after, gpu_work, waits, [len(r) for r in plan],
                          [sum(sizes[i] for i in r) for r in plan], profile, prepack.waits_each_batch)
-    end = max([out[-1].cpu_end_s, out[-1].gpu_end_s + profile.fence_latency_s]) if out else 0.0
-    encode = sum(b.cpu_end_s - b.cpu_start_s for b in out)
+    end = max([out[-1].writes_end_s, out[-1].gpu_end_s + profile.fence_latency_s]) if out else 0.0
+    encode = sum(b.writes_end_s - b.cpu_start_s for b in out)
     allocated = ring.capacity + ring.own_peak if ring else 0
     in_flight = _in_flight_peak(ring.region_nbytes, out) if ring else 0
     return Simulation(mode, end, encode, end - encode, sum(x.gpu_end_s - x.gpu_start_s for x in out), len(plan),
@@ -410,26 +428,28 @@ def _in_flight_peak(region_nbytes: dict[int, int], out: list[BatchTimeline]) -> 
                 for b in region_nbytes), default=0)
 
 
-def _run_timelines(cpu_work: list[float], gpu_work: list[float], waits: list[list[int]], nodes: list[int],
-                   staged: list[int], profile: Profile, wait_each: bool) -> list[BatchTimeline]:
+def _run_timelines(cpu_work: list[float], cpu_after: list[float], gpu_work: list[float], waits: list[list[int]],
+                   nodes: list[int], staged: list[int], profile: Profile, wait_each: bool) -> list[BatchTimeline]:
     """The CPU and the GPU queue as two timelines in one clock. The CPU, batch by batch, waits
     for the fences of the batches whose staging it reuses (``waits``), encodes and submits the
-    batch (``cpu_work`` seconds alone), and with ``wait_each`` (reduce-peak) waits for its fence.
-    The GPU packs submitted batches in order (``gpu_work`` seconds alone). While both run they
-    share the device's processors: the CPU progresses at ``profile.cpu_rate`` and the GPU at
+    batch (``cpu_work`` seconds alone), writes the batch's weights it packs itself (``cpu_after``
+    seconds alone), and with ``wait_each`` (reduce-peak) waits for its fence. The GPU packs
+    submitted batches in order (``gpu_work`` seconds alone). While both run they share the
+    device's processors: the CPU progresses at ``profile.cpu_rate`` and the GPU at
     ``profile.gpu_rate`` of their speed alone (1.0: separate hardware)."""
     n = len(cpu_work)
     done: dict[int, float] = {}  # batch -> when the GPU finished it
     out = [BatchTimeline(b, nodes[b], staged[b], 0.0, 0.0, 0.0, 0.0) for b in range(n)]
     t = 0.0
     cpu_b, cpu_left = 0, None  # batch the CPU is at; seconds of it left (None: waiting for fences)
+    writing = False  # the CPU is at cpu_b's writes after its submit
     queue: deque[int] = deque()
     gpu_b, gpu_left = None, 0.0
 
     def fences_for(b: int) -> list[int]:
         return waits[b] + ([b - 1] if wait_each and b > 0 else [])
 
-    while len(done) < n:
+    while len(done) < n or cpu_b < n:
         ready = None  # when the CPU may start its next batch, once every fence it needs has signalled
         if cpu_left is None and cpu_b < n and all(w in done for w in fences_for(cpu_b)):
             ready = max((done[w] + profile.fence_latency_s for w in fences_for(cpu_b)), default=t)
@@ -455,9 +475,14 @@ def _run_timelines(cpu_work: list[float], gpu_work: list[float], waits: list[lis
         if cpu_on:
             cpu_left -= dt * rc
             if cpu_left <= 1e-12:
-                out[cpu_b].cpu_end_s = t
-                queue.append(cpu_b)
-                cpu_b, cpu_left = cpu_b + 1, None
+                if not writing:  # submitted
+                    out[cpu_b].cpu_end_s = t
+                    queue.append(cpu_b)
+                if not writing and cpu_after[cpu_b] > 0:
+                    writing, cpu_left = True, cpu_after[cpu_b]
+                else:
+                    out[cpu_b].writes_end_s = t
+                    writing, cpu_b, cpu_left = False, cpu_b + 1, None
         if gpu_on:
             gpu_left -= dt * rg
             if gpu_left <= 1e-12:
