@@ -70,10 +70,10 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert profile.encode_node_s < 0.1 and profile.copy_gbps < 1000  # seconds per node, GB/s: plausible magnitudes
     assert 0 < profile.cpu_rate <= 1 and 0 < profile.gpu_rate <= 1, raw
     assert math.isfinite(profile.fresh_device_gbps) and profile.fresh_device_gbps >= 0  # 0: first loads pay nothing
-    if device.is_cpu:  # a staged load populates what its packing shaders write (scheduler.py)
-        assert math.isfinite(profile.populate_gbps) and profile.populate_gbps > 0, raw
+    if device.is_cpu:  # a staged load populates what its packing shaders write, small ones huge pages (scheduler.py)
+        assert all(math.isfinite(v) and v > 0 for v in (profile.populate_gbps, profile.populate_huge_gbps)), raw
     else:
-        assert profile.populate_gbps is None, raw
+        assert profile.populate_gbps is None and profile.populate_huge_gbps is None, raw
     e = profile.execute
     assert e.host_s >= 0 and e.dispatch_s > 0 and e.stream_gbps > 0, raw
     assert set(e.weight_gbps) == {"fp32", "q4_0", "q4_1", "q8_0"} and all(v > 0 for v in e.weight_gbps.values()), raw
@@ -87,8 +87,9 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert (again.cpu_rate, again.gpu_rate) == pytest.approx((profile.cpu_rate, profile.gpu_rate), rel=1e-2)
     assert again.execute.weight_gbps == pytest.approx(e.weight_gbps, rel=1e-3) and again.renderer == device.renderer
     assert again.execute.attention_key_s == pytest.approx(e.attention_key_s, rel=1e-3)
-    assert again.populate_gbps == (None if profile.populate_gbps is None else pytest.approx(profile.populate_gbps,
-                                                                                             rel=1e-3))
+    for rate in ("populate_gbps", "populate_huge_gbps"):
+        v = getattr(profile, rate)
+        assert getattr(again, rate) == (None if v is None else pytest.approx(v, rel=1e-3))
     assert (again.execute.first_linear_s, again.execute.first_dispatch_s) == pytest.approx(
         (e.first_linear_s, e.first_dispatch_s), rel=1e-3, abs=1e-8)
     assert simulate(model_nodes("synthetic:8"), GraphConfig(), again).load_s > 0

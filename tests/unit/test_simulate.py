@@ -399,6 +399,11 @@ def test_populate_rate_is_read_and_checked(tmp_path):
     p.write_text(text.replace("\nsubmit_us = ", "\npopulate_gbps = 0\nsubmit_us = "))
     with pytest.raises(ConfigError, match="cpu.populate_gbps: must be > 0"):
         load_profile(p)
+    p.write_text(text.replace("\nsubmit_us = ", "\npopulate_huge_gbps = 6.5\nsubmit_us = "))
+    assert load_profile(p).populate_huge_gbps == 6.5
+    p.write_text(text.replace("\nsubmit_us = ", "\npopulate_huge_gbps = -1\nsubmit_us = "))
+    with pytest.raises(ConfigError, match="cpu.populate_huge_gbps: must be > 0"):
+        load_profile(p)
 
 
 def test_weights_copied_straight_into_device_memory_touch_fresh_pages_on_first_loads():

@@ -545,9 +545,9 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     cpu_rate, gpu_rate = _contention(device, big, repeat)
     fresh_device = _fresh_device_gbps(size_mb)
     populate = _in_fresh_processes(f"populate_gbps({4 * size_mb})") if device.is_cpu else None
-    # huge pages only for a load's first HUGE_PAGES_UP_TO_NBYTES: measured on that many
-    populate_huge = _in_fresh_processes(f"populate_gbps({HUGE_PAGES_UP_TO_NBYTES >> 20}, huge_pages=True)") \
-        if device.is_cpu else None
+    # on huge pages only while a load's weights fit in HUGE_PAGES_UP_TO_NBYTES (scheduler.py)
+    huge_mb = min(4 * size_mb, HUGE_PAGES_UP_TO_NBYTES >> 20)
+    populate_huge = _in_fresh_processes(f"populate_gbps({huge_mb}, huge_pages=True)") if device.is_cpu else None
     execute = _execute_rates(device, repeat, 2 * nbytes)
     p = device.physical
     profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
