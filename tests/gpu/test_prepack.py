@@ -266,8 +266,9 @@ def test_destination_mismatch_names_tensor():
         PACKERS["identity"].validate(src, Tensor("d", (6, 10), np.dtype(np.float32), nbytes=200))
 
 
+@pytest.mark.parametrize("bad_packer", ["linear_4x4", "identity"])  # identity: written after its batch's submit
 @pytest.mark.parametrize("mode", ["legacy", "staged"])
-def test_failure_mid_prepack_frees_everything(device, compiler, mode):
+def test_failure_mid_prepack_frees_everything(device, compiler, mode, bad_packer):
     def boom():
         raise OSError("disk went away")
 
@@ -275,7 +276,7 @@ def test_failure_mid_prepack_frees_everything(device, compiler, mode):
     with graph(device, compiler, prepack__threshold_nbytes=64, prepack__initial_threshold_nbytes=64) as g:
         for i in range(5):
             g.prepack_tensor(g.add_tensorref(np.ones((8, 8), np.float32), f"ok{i}"), "transposed")
-        g.prepack_tensor(g.add_tensorref(LazySource(256, boom), "bad", shape=(8, 8), dtype=np.float32), "linear_4x4")
+        g.prepack_tensor(g.add_tensorref(LazySource(256, boom), "bad", shape=(8, 8), dtype=np.float32), bad_packer)
         g.prepack_tensor(g.add_tensorref(np.ones((8, 8), np.float32), "last"), "identity")
         with pytest.raises(OSError, match="disk went away"):
             g.prepack() if mode == "legacy" else g.run_prepack()
