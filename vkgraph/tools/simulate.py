@@ -359,14 +359,12 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
     total = sum(n.src_nbytes for n in nodes)
     mode = mode or run_prepack_mode(cfg, total)
 
-    def direct(n: SimNode) -> bool:
-        return packs_on_host(get_packer(n.packer), profile.host_visible_device_local, profile.cpu_renderer,
-                             cfg.prepack.host_packing)
-
-    sizes = [0 if direct(n) else n.src_nbytes for n in nodes]
+    direct = [packs_on_host(get_packer(n.packer), profile.host_visible_device_local, profile.cpu_renderer,
+                            cfg.prepack.host_packing) for n in nodes]
+    sizes = [0 if d else n.src_nbytes for n, d in zip(nodes, direct)]
     prepack = plan_prepack(mode, sizes, profile.staging_alignment, cfg,
-                           sum(n.packed_nbytes for n in nodes if direct(n)),
-                           sum(n.packed_nbytes for n in nodes if not direct(n) and not n.texture))
+                           sum(n.packed_nbytes for n, d in zip(nodes, direct) if d),
+                           sum(n.packed_nbytes for n, d in zip(nodes, direct) if not d and not n.texture))
     plan, batch_nbytes = prepack.batches, prepack.batch_nbytes
     ring = RingModel(prepack.staging_capacity, profile.staging_alignment) if sum(batch_nbytes) else None
     touched = 0  # staging bytes already first-touched (the ring reuses them)
@@ -385,7 +383,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             n = nodes[i]
             read_s = n.src_nbytes / (profile.source_read_gbps * GB) if profile.source_read_gbps > 0 else 0.0  # file pages' first read
             fresh_s = n.packed_nbytes / (profile.fresh_device_gbps * GB) if first_load and profile.fresh_device_gbps > 0 else 0.0
-            if direct(n):  # a copy or a host form, into fresh pages; the CPU faults them in
+            if direct[i]:  # a copy or a host form, into fresh pages; the CPU faults them in
                 rate = profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load)
                 if first_load and profile.cpu_renderer and not prepack.direct_huge_pages:  # 4 KiB pages' first touch
                     rate = min(rate, profile.fresh_copy_gbps * GB)
