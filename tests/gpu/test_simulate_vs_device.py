@@ -72,8 +72,11 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert math.isfinite(profile.fresh_device_gbps) and profile.fresh_device_gbps >= 0  # 0: first loads pay nothing
     if device.is_cpu:  # a staged load populates what its packing shaders write, small ones huge pages (scheduler.py)
         assert all(math.isfinite(v) and v > 0 for v in (profile.populate_gbps, profile.populate_huge_gbps)), raw
+        assert set(profile.populated_pack_gbps) == {"default", "linear_4x4"}, raw  # and packs into that memory
+        assert all(math.isfinite(v) and v > 0 for v in profile.populated_pack_gbps.values()), raw
     else:
         assert profile.populate_gbps is None and profile.populate_huge_gbps is None, raw
+        assert profile.populated_pack_gbps == {}, raw
     e = profile.execute
     assert e.host_s >= 0 and e.dispatch_s > 0 and e.stream_gbps > 0, raw
     assert set(e.weight_gbps) == {"fp32", "q4_0", "q4_1", "q8_0"} and all(v > 0 for v in e.weight_gbps.values()), raw
@@ -84,6 +87,7 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     path.write_text(profile_toml(profile))
     again = load_profile(path)  # the written profile loads and simulates
     assert again.pack_gbps == pytest.approx(profile.pack_gbps, rel=1e-3)
+    assert again.populated_pack_gbps == pytest.approx(profile.populated_pack_gbps, rel=1e-3)
     assert (again.cpu_rate, again.gpu_rate) == pytest.approx((profile.cpu_rate, profile.gpu_rate), rel=1e-2)
     assert again.execute.weight_gbps == pytest.approx(e.weight_gbps, rel=1e-3) and again.renderer == device.renderer
     assert again.execute.attention_key_s == pytest.approx(e.attention_key_s, rel=1e-3)

@@ -333,6 +333,41 @@ def test_a_staged_first_load_on_a_cpu_renderer_populates_the_packing_shaders_mem
         assert after.cpu_encode_s == pytest.approx(before.cpu_encode_s)
 
 
+def test_packing_into_populated_memory_is_priced_at_its_own_rate():
+    """``[gpu.populated_pack_gbps]``: a packing shader stores into pages made before wherever the
+    plan populates them (staged loads on CPU renderers, first and later loads alike), while
+    ``[gpu.pack_gbps]`` was measured with the shader's first stores faulting them in: legacy and
+    reduce-peak loads, a GPU, textures, and profiles without the populated rates keep it."""
+    nodes = nodes_of([4096] * 3 + [8192])
+    packed = 3 * 4096 + 8192
+    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, fresh_device_gbps=0.0, dispatch_s=0.0, cpu_rate=1.0,
+                              gpu_rate=1.0, pack_gbps={**PROFILE.pack_gbps, "linear_4x4": 1.0},
+                              populated_pack_gbps={"default": 2.0, "linear_4x4": 4.0})
+    for first_load in (False, True):
+        assert simulate(nodes, GraphConfig(), cpu, "staged", first_load=first_load).gpu_s == pytest.approx(packed / 4e9)
+    conv = [dataclasses.replace(n, packer="conv2d_c4") for n in nodes]  # no rate of its own: the default
+    assert simulate(conv, GraphConfig(), cpu, "staged").gpu_s == pytest.approx(packed / 2e9)
+    for p, mode, ns in ((cpu, "legacy", nodes), (cpu, "reduce-peak", nodes),
+                        (dataclasses.replace(cpu, cpu_renderer=False), "staged", nodes),
+                        (cpu, "staged", [dataclasses.replace(n, texture=True) for n in nodes]),
+                        (dataclasses.replace(cpu, populated_pack_gbps={}), "staged", nodes)):
+        assert simulate(ns, GraphConfig(), p, mode).gpu_s == pytest.approx(packed / 1e9), (mode, p.cpu_renderer)
+
+
+def test_populated_pack_rates_are_read_and_checked(tmp_path):
+    text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
+    assert load_profile("lavapipe").populated_pack_gbps == {}  # measured before populating: pack_gbps for all
+    p = tmp_path / "p.toml"
+    p.write_text(text + "\n[gpu.populated_pack_gbps]\ndefault = 2.5\nlinear_4x4 = 3.0\n")
+    assert load_profile(p).populated_pack_gbps == {"default": 2.5, "linear_4x4": 3.0}
+    p.write_text(text + "\n[gpu.populated_pack_gbps]\nlinear_4x4 = 3.0\n")
+    with pytest.raises(ConfigError, match="gpu.populated_pack_gbps.default: missing"):
+        load_profile(p)
+    p.write_text(text + "\n[gpu.populated_pack_gbps]\ndefault = 0\n")
+    with pytest.raises(ConfigError, match="gpu.populated_pack_gbps.default: must be > 0"):
+        load_profile(p)
+
+
 def test_a_staged_first_load_of_at_most_the_huge_page_limit_populates_huge_pages():
     """PrepackPlan.populated_huge_pages: where a staged load's weights, the CPU's and the GPU's
     together, fit in HUGE_PAGES_UP_TO_NBYTES, the blocks it populates are advised as huge pages

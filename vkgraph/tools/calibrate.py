@@ -373,14 +373,19 @@ def _round_trip(dev: Device) -> tuple[float, float]:
     return s, max(statistics.median(trips) - s, 0.0)
 
 
-def _encoded(dev: Device, packer: str, arrays: list[np.ndarray]) -> tuple[ComputeGraph, int, float]:
+def _encoded(dev: Device, packer: str, arrays: list[np.ndarray],
+             populated: bool = False) -> tuple[ComputeGraph, int, float]:
     """A graph packing ``arrays`` in one legacy command buffer, encoded and not submitted: (graph,
     packed bytes, perf_counter at the start of encoding, which the load report's times are
-    relative to)."""
+    relative to). ``populated``: the packed weights' memory gets its pages before (as a staged
+    load's on a CPU renderer: scheduler.PrepackPlan.populates_destinations), not at the shader's
+    first stores."""
     g = ComputeGraph(GraphConfig(), device=dev)
     try:
         refs = [g.prepack_tensor(g.add_tensorref(a, f"w{i}"), packer) for i, a in enumerate(arrays)]
         g.prepare()
+        if populated:
+            g.memory.allocate_blocks(((g.values[r], False) for r in refs), populate=True)
         t0 = time.perf_counter()
         g.encode_prepack()
     except BaseException:
@@ -395,17 +400,20 @@ def _big_weights(size_mb: int) -> list[np.ndarray]:
     return np.split(np.random.default_rng(1).standard_normal((rows, 4096), dtype=np.float32), 4)
 
 
-def pack_gbps(packer: str, size_mb: int, repeat: int, dispatch_s: float) -> float:
+def pack_gbps(packer: str, size_mb: int, repeat: int, dispatch_s: float, populated: bool = False) -> float:
     """GPU packing bandwidth of ``packer`` on the device of ``$VKGRAPH_DEVICE``: median of
     ``repeat`` packings of :func:`_big_weights` after a warm-up one (single GPU timings on a
     shared machine vary by +-30%), ``dispatch_s`` per dispatch taken off. Run in a fresh process
     (:func:`_in_fresh_processes`): in the calibration's own process, after its other
     measurements, it measured 2.3 GB/s on lavapipe (0.69 on SwiftShader) against 1.45..1.5
-    (0.5..0.62) in fresh processes, which is what loads' packing ran at."""
+    (0.5..0.62) in fresh processes, which is what loads' packing ran at: a CPU renderer's worker
+    threads fault in the pages of device memory new to the process at the shader's first stores.
+    ``populated``: into memory whose pages were made before (:func:`_encoded`), as staged loads
+    on CPU renderers pack."""
     arrays = _big_weights(size_mb)
     with Device() as dev:
-        _pack(dev, packer, arrays)
-        runs = [_pack(dev, packer, arrays) for _ in range(repeat)]
+        _pack(dev, packer, arrays, populated)
+        runs = [_pack(dev, packer, arrays, populated) for _ in range(repeat)]
     return statistics.median(packed / max(gpu - len(arrays) * dispatch_s, 1e-9) / 1e9 for _, gpu, packed in runs)
 
 
@@ -420,9 +428,10 @@ def _in_fresh_processes(call: str, rounds: int = 3) -> float:
     return statistics.median(float(python_in_subprocess(["-c", code]).split()[-1]) for _ in range(rounds))
 
 
-def _pack(dev: Device, packer: str, arrays: list[np.ndarray]) -> tuple[float, float, int]:
-    """(CPU encode s, GPU s, packed bytes) of packing ``arrays`` in one legacy command buffer."""
-    g, packed, _ = _encoded(dev, packer, arrays)
+def _pack(dev: Device, packer: str, arrays: list[np.ndarray], populated: bool = False) -> tuple[float, float, int]:
+    """(CPU encode s, GPU s, packed bytes) of packing ``arrays`` in one legacy command buffer
+    (``populated``: :func:`_encoded`)."""
+    g, packed, _ = _encoded(dev, packer, arrays, populated)
     with g:
         r = g.prepack()
         return r.cpu_encode_s, r.gpu_s, packed
@@ -540,6 +549,11 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
                   .reshape(-1, f.block_nbytes) for a in pieces]
         host[f"{fmt}_planes"] = _host_pack_gbps(device, f"{fmt}_planes", blocks, repeat)
     pack["default"] = pack["linear_4x4"]
+    # staged loads on CPU renderers populate what the shaders write (scheduler.PrepackPlan.populates_destinations)
+    populated = {"linear_4x4": _in_fresh_processes(f"pack_gbps('linear_4x4', {size_mb}, {repeat}, {dispatch_s!r}, "
+                                                   "populated=True)")} if device.is_cpu else {}
+    if populated:
+        populated["default"] = populated["linear_4x4"]
     pack["identity"] = copy
     host["default"] = host["linear_4x4"]
     cpu_rate, gpu_rate = _contention(device, big, repeat)
@@ -558,9 +572,10 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
                       max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute,
                       encode_direct_s=encode_direct_s, direct_copy_gbps=direct_copy,
                       settled_direct_gbps=settled_direct, host_cpu=host_cpu() if device.is_cpu else "",
+                      populated_pack_gbps=populated,
                       populate_gbps=populate, populate_huge_gbps=populate_huge)
     raw = {"fresh_device_gbps": fresh_device, "populate_gbps": populate, "populate_huge_gbps": populate_huge, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
-           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "direct_copy_gbps": direct_copy, "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "pack_gbps": pack,
+           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "direct_copy_gbps": direct_copy, "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "pack_gbps": pack, "populated_pack_gbps": populated,
            "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
 
@@ -599,13 +614,23 @@ fence_latency_us = {p.fence_latency_s * 1e6:.4g}
 dispatch_us = {p.dispatch_s * 1e6:.4g}
 fresh_device_gbps = {p.fresh_device_gbps:.4g}  # first touch of device memory new to the process (first loads); 0: free
 
-[gpu.pack_gbps]
+[gpu.pack_gbps]  # the shaders' first stores fault in device memory new to the process (legacy, reduce-peak loads)
 {pack}
-
+{_populated_toml(p)}
 [contention]  # speed of CPU encoding and GPU packing, relative to each alone, while both run
 cpu_rate = {p.cpu_rate:.3g}
 gpu_rate = {p.gpu_rate:.3g}
 {_execute_toml(p.execute)}"""
+
+
+def _populated_toml(p: Profile) -> str:
+    if not p.populated_pack_gbps:
+        return ""
+    rates = "\n".join(f"{k} = {v:.4g}" for k, v in sorted(p.populated_pack_gbps.items()))
+    return f"""
+[gpu.populated_pack_gbps]  # into memory populated before (staged loads on CPU renderers)
+{rates}
+"""
 
 
 def _direct_toml(p: Profile) -> str:

@@ -12,7 +12,9 @@ each mode holds), models the staging ring with the same reserve/retire rule as
   (graph.packers.packs_on_host) straight into device memory (Profile.host_pack_bandwidth; in
   legacy mode before the submit: scheduler.PrepackPlan.writes_after_submit).
 - GPU per batch: starts when submitted and the queue is free; each node costs a dispatch overhead
-  plus its packed bytes over the packer kind's bandwidth.
+  plus its packed bytes over the packer kind's bandwidth (``[gpu.populated_pack_gbps]`` where the
+  plan populated its memory before: PrepackPlan.populates_destinations; else ``[gpu.pack_gbps]``,
+  the shader's first stores faulting the pages in).
 - On the first load of a process every node also pays the first touch of its device memory where
   that memory is the process's own (``[gpu] fresh_device_gbps``: lavapipe's device memory is the
   process heap, so a fresh process faults it in): the GPU for what it packs, the CPU for what it
@@ -114,6 +116,10 @@ class Profile:
     populate_gbps: float | None = None
     #: the same on huge pages (scheduler.PrepackPlan.populated_huge_pages); None: populate_gbps
     populate_huge_gbps: float | None = None
+    #: GPU packing bandwidth per packer kind into memory whose pages the CPU made before
+    #: (scheduler.PrepackPlan.populates_destinations: staged loads on CPU renderers), where
+    #: pack_gbps is the shader's own first stores faulting them in; empty: pack_gbps
+    populated_pack_gbps: dict[str, float] = field(default_factory=dict)
 
     def populate_bandwidth(self, huge_pages: bool = False) -> float:
         """Populating a packing shader's buffers: on huge pages where the plan advises them
@@ -132,8 +138,11 @@ class Profile:
     def direct_node_s(self) -> float:
         return self.encode_node_s if self.encode_direct_s is None else self.encode_direct_s
 
-    def pack_bandwidth(self, packer: str) -> float:
-        return self.pack_gbps.get(packer, self.pack_gbps["default"]) * GB
+    def pack_bandwidth(self, packer: str, populated: bool = False) -> float:
+        """A packing shader's bandwidth; ``populated``: into memory the plan populated (the
+        profile's ``[gpu.populated_pack_gbps]`` where it has them)."""
+        rates = self.populated_pack_gbps if populated and self.populated_pack_gbps else self.pack_gbps
+        return rates.get(packer, rates["default"]) * GB
 
     def host_pack_bandwidth(self, packer: str, nbytes: int, first_load: bool) -> float:
         """The CPU writing a weight of ``nbytes`` straight into device memory: a copy for packers
@@ -215,6 +224,9 @@ def load_profile(path: str | Path) -> Profile:
         pack = {k: float(v) for k, v in gpu["pack_gbps"].items()}
         if "default" not in pack:
             raise KeyError("gpu.pack_gbps.default")
+        populated = {k: float(v) for k, v in gpu.get("populated_pack_gbps", {}).items()}
+        if populated and "default" not in populated:
+            raise KeyError("gpu.populated_pack_gbps.default")
         prof = Profile(
             name=str(dev["name"]), host_visible_device_local=bool(dev["host_visible_device_local"]),
             staging_alignment=int(dev.get("staging_alignment", 16)),
@@ -236,6 +248,7 @@ def load_profile(path: str | Path) -> Profile:
             settled_direct_gbps=float(cpu["settled_direct_gbps"]) if "settled_direct_gbps" in cpu else None,
             populate_gbps=float(cpu["populate_gbps"]) if "populate_gbps" in cpu else None,
             populate_huge_gbps=float(cpu["populate_huge_gbps"]) if "populate_huge_gbps" in cpu else None,
+            populated_pack_gbps=populated,
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
@@ -247,6 +260,7 @@ def load_profile(path: str | Path) -> Profile:
                    *((("cpu.populate_gbps", prof.populate_gbps),) if prof.populate_gbps is not None else ()),
                    *((("cpu.populate_huge_gbps", prof.populate_huge_gbps),) if prof.populate_huge_gbps is not None else ()),
                    *((f"gpu.pack_gbps.{k}", v) for k, v in pack.items()),
+                   *((f"gpu.populated_pack_gbps.{k}", v) for k, v in populated.items()),
                    *((f"cpu.host_pack_gbps.{k}", v) for k, v in prof.host_pack_gbps.items())):
         if v <= 0:
             raise ConfigError(str(p), key, f"must be > 0, got {v}")
@@ -369,6 +383,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
     ring = RingModel(prepack.staging_capacity, profile.staging_alignment) if sum(batch_nbytes) else None
     touched = 0  # staging bytes already first-touched (the ring reuses them)
     populate = first_load and prepack.populates_destinations and profile.cpu_renderer
+    #: the packing shaders store into pages made before (every staged load on a CPU renderer)
+    populated = prepack.populates_destinations and profile.cpu_renderer
 
     # What each batch costs alone: CPU seconds to encode and submit it (and to write its weights
     # the CPU packs itself after the submit), GPU seconds to pack it, and the earlier batches
@@ -400,7 +416,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             if populate and not n.texture:  # its buffer's pages made as the batch gets memory
                 c, fresh_s = c + n.packed_nbytes / populate_rate, 0.0
             if n.shader:
-                g += n.dispatches * profile.dispatch_s + n.packed_nbytes / profile.pack_bandwidth(n.packer)
+                rate = profile.pack_bandwidth(n.packer, populated and not n.texture)
+                g += n.dispatches * profile.dispatch_s + n.packed_nbytes / rate
                 dispatches += n.dispatches
             else:
                 g += n.src_nbytes / profile.pack_bandwidth("identity")
