@@ -614,7 +614,7 @@ fence_latency_us = {p.fence_latency_s * 1e6:.4g}
 dispatch_us = {p.dispatch_s * 1e6:.4g}
 fresh_device_gbps = {p.fresh_device_gbps:.4g}  # first touch of device memory new to the process (first loads); 0: free
 
-[gpu.pack_gbps]  # the shaders' first stores fault in device memory new to the process (legacy, reduce-peak loads)
+[gpu.pack_gbps]  # per packer; on a CPU renderer into memory the shader's first stores fault in (legacy, reduce-peak)
 {pack}
 {_populated_toml(p)}
 [contention]  # speed of CPU encoding and GPU packing, relative to each alone, while both run
