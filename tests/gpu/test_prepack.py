@@ -1,4 +1,5 @@
 import json
+import time
 
 import numpy as np
 import pytest
@@ -84,6 +85,38 @@ def test_a_loads_weights_get_huge_pages_only_up_to_a_loads_limit(device, compile
     assert report.direct_writes == (3 if direct else 0)
     assert advised and all(populate != direct for _, populate in advised)
     assert all(huge == (most > 3 * 8 * KiB) for huge, _ in advised)
+
+
+@pytest.mark.parametrize("mode", ["staged", "legacy", "reduce-peak"])
+def test_the_report_counts_the_time_spent_populating(device, compiler, monkeypatch, mode):
+    """LoadReport.populate_s: the seconds of cpu_encode_s that made the pages of the memory
+    blocks a staged load on a CPU renderer populates for its packing shaders (each block's
+    MemoryBlock.populate_s; none in other modes or on a GPU). The weights are right."""
+    import vkgraph.runtime.memory as memory
+
+    calls = []
+    populate = memory.populate_pages
+
+    def slow_populate(mapping):
+        calls.append(len(mapping))
+        time.sleep(0.01)  # a measurable time per block
+        populate(mapping)
+
+    monkeypatch.setattr(memory, "populate_pages", slow_populate)
+    rng = np.random.default_rng(7)
+    ws = [rng.standard_normal((32, 64)).astype(np.float32) for _ in range(3)]
+    with graph(device, compiler, prepack__initial_threshold_nbytes=8 * KiB, prepack__threshold_nbytes=8 * KiB,
+               prepack__reduce_peak_memory=mode == "reduce-peak") as g:
+        dsts = [g.prepack_tensor(g.add_tensorref(w, f"w{i}"), "linear_4x4") for i, w in enumerate(ws)]
+        report = g.run_prepack() if mode != "legacy" else (g.encode_prepack(), g.prepack())[1]
+        for w, dst in zip(ws, dsts):
+            np.testing.assert_array_equal(g.read_tensor(dst), ref_linear_4x4(w).reshape(-1).view(np.uint8))
+    assert report.mode == mode
+    populates = mode == "staged" and device.is_cpu and device.host_visible_device_local
+    assert len(calls) == (report.submits if populates else 0)  # a block a batch
+    assert (report.populate_s >= 0.01 * len(calls)) if populates else report.populate_s == 0
+    assert report.populate_s <= report.cpu_encode_s
+    assert report.to_dict()["populate_s"] == report.populate_s
 
 
 def test_a_batch_s_cpu_written_weights_are_written_after_its_submit(device, compiler, monkeypatch):

@@ -74,8 +74,10 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
         assert all(math.isfinite(v) and v > 0 for v in (profile.populate_gbps, profile.populate_huge_gbps)), raw
         assert set(profile.populated_pack_gbps) == {"default", "linear_4x4"}, raw  # and packs into that memory
         assert all(math.isfinite(v) and v > 0 for v in profile.populated_pack_gbps.values()), raw
+        assert math.isfinite(profile.settled_populate_share) and profile.settled_populate_share >= 0, raw
     else:
         assert profile.populate_gbps is None and profile.populate_huge_gbps is None, raw
+        assert profile.settled_populate_share is None, raw
         assert profile.populated_pack_gbps == {}, raw
     e = profile.execute
     assert e.host_s >= 0 and e.dispatch_s > 0 and e.stream_gbps > 0, raw
@@ -91,7 +93,7 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert (again.cpu_rate, again.gpu_rate) == pytest.approx((profile.cpu_rate, profile.gpu_rate), rel=1e-2)
     assert again.execute.weight_gbps == pytest.approx(e.weight_gbps, rel=1e-3) and again.renderer == device.renderer
     assert again.execute.attention_key_s == pytest.approx(e.attention_key_s, rel=1e-3)
-    for rate in ("populate_gbps", "populate_huge_gbps"):
+    for rate in ("populate_gbps", "populate_huge_gbps", "settled_populate_share"):
         v = getattr(profile, rate)
         assert getattr(again, rate) == (None if v is None else pytest.approx(v, rel=1e-3))
     assert (again.execute.first_linear_s, again.execute.first_dispatch_s) == pytest.approx(

@@ -354,6 +354,25 @@ def test_packing_into_populated_memory_is_priced_at_its_own_rate():
         assert simulate(ns, GraphConfig(), p, mode).gpu_s == pytest.approx(packed / 1e9), (mode, p.cpu_renderer)
 
 
+def test_a_settled_staged_load_pays_its_share_of_populating():
+    """``[cpu] settled_populate_share``: a settled staged load on a CPU renderer populates its
+    packing shaders' memory too, at that share of a first load's cost (SwiftShader maps device
+    memory anew for every load: about 1); nothing without it, nor in other modes or on a GPU."""
+    nodes = nodes_of([4096] * 3 + [8192])
+    packed = 3 * 4096 + 8192
+    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, populate_gbps=0.25, cpu_rate=1.0, gpu_rate=1.0)
+    none = simulate(nodes, GraphConfig(), cpu, "staged")
+    share = simulate(nodes, GraphConfig(), dataclasses.replace(cpu, settled_populate_share=0.5), "staged")
+    assert share.cpu_encode_s - none.cpu_encode_s == pytest.approx(0.5 * packed / 0.25e9)
+    assert share.gpu_s == pytest.approx(none.gpu_s)
+    first = simulate(nodes, GraphConfig(), dataclasses.replace(cpu, settled_populate_share=0.5), "staged", first_load=True)
+    assert first.cpu_encode_s - none.cpu_encode_s == pytest.approx(packed / 0.25e9)  # a first load pays all of it
+    for p, mode in ((cpu, "legacy"), (cpu, "reduce-peak"), (dataclasses.replace(cpu, cpu_renderer=False), "staged")):
+        with_share = dataclasses.replace(p, settled_populate_share=0.5)
+        assert simulate(nodes, GraphConfig(), with_share, mode).cpu_encode_s == pytest.approx(
+            simulate(nodes, GraphConfig(), p, mode).cpu_encode_s)
+
+
 def test_populated_pack_rates_are_read_and_checked(tmp_path):
     text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
     assert load_profile("lavapipe").populated_pack_gbps == {}  # measured before populating: pack_gbps for all
@@ -438,6 +457,11 @@ def test_populate_rate_is_read_and_checked(tmp_path):
     assert load_profile(p).populate_huge_gbps == 6.5
     p.write_text(text.replace("\nsubmit_us = ", "\npopulate_huge_gbps = -1\nsubmit_us = "))
     with pytest.raises(ConfigError, match="cpu.populate_huge_gbps: must be > 0"):
+        load_profile(p)
+    p.write_text(text.replace("\nsubmit_us = ", "\nsettled_populate_share = 0.4\nsubmit_us = "))
+    assert load_profile(p).settled_populate_share == 0.4
+    p.write_text(text.replace("\nsubmit_us = ", "\nsettled_populate_share = -0.1\nsubmit_us = "))
+    with pytest.raises(ConfigError, match="cpu.settled_populate_share: must be >= 0"):
         load_profile(p)
 
 

@@ -86,6 +86,8 @@ class TensorMemory:
         self.device = device
         self.timeout_s = timeout_s
         self._resources: list[Buffer | Image3D | MemoryBlock] = []
+        #: seconds the blocks it populated took to make their pages (MemoryBlock.populate_s)
+        self.populate_s = 0.0
 
     def allocate_blocks(self, tensors: Iterable[tuple[Tensor, bool]], populate: bool = False,
                         huge_pages: bool = True, populated_huge_pages: bool = False) -> None:
@@ -124,6 +126,7 @@ class TensorMemory:
         block, buffers = allocate_block(self.device, [(t.nbytes, t.name) for t in tensors], huge_pages=huge_pages,
                                         populate=populate, place=place)
         self._resources.append(block)
+        self.populate_s += block.populate_s
         for t, buf in zip(tensors, buffers):
             t.buffer = buf
 

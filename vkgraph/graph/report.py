@@ -50,6 +50,9 @@ class LoadReport:
     device: str = ""  # the device's name
     load_s: float = 0.0
     cpu_encode_s: float = 0.0
+    #: of cpu_encode_s, making the pages of what packing shaders write at once (staged loads on
+    #: CPU renderers: scheduler.PrepackPlan.populates_destinations)
+    populate_s: float = 0.0
     fence_wait_s: float = 0.0
     peak_staging_nbytes: int = 0  # high-water mark of staging bytes in flight (measured)
     staging_allocated_nbytes: int = 0  # most staging memory allocated at once (ring + oversized batches)
@@ -126,6 +129,7 @@ class LoadReport:
             ("staged bytes", mib(self.total_staged_nbytes)),
             ("load time", f"{self.load_s:.3f} s"),
             ("CPU encode", f"{self.cpu_encode_s:.3f} s"),
+            ("of which populating", f"{self.populate_s:.3f} s"),
             ("fence wait", f"{self.fence_wait_s:.3f} s"),
             ("GPU time", f"{self.gpu_s:.3f} s"),
             ("submits", str(self.submits)),

@@ -6,6 +6,7 @@ import ctypes
 import enum
 import mmap
 import sys
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -233,7 +234,7 @@ class MemoryBlock(VkObject):
     mapped once when host-visible: many tensors, one vkAllocateMemory (ET-VK suballocates with
     VMA). Its buffers are its children: destroying it destroys them first. On a CPU renderer, with
     ``huge_pages`` its pages are advised as transparent huge pages (:func:`advise_huge_pages`),
-    with ``populate`` made at once (:func:`populate_pages`)."""
+    with ``populate`` made at once (:func:`populate_pages`; ``populate_s``: the seconds that took)."""
 
     def __init__(self, device: Device, nbytes: int, type_bits: int, kind: MemoryKind, what: str,
                  huge_pages: bool = False, populate: bool = False):
@@ -243,8 +244,11 @@ class MemoryBlock(VkObject):
         self.host_visible = mapped = self._mapping is not None
         if huge_pages and mapped and device.is_cpu:
             advise_huge_pages(self._mapping)
+        self.populate_s = 0.0
         if populate and mapped and device.is_cpu:
+            t0 = time.perf_counter()
             populate_pages(self._mapping)
+            self.populate_s = time.perf_counter() - t0
         self.buffers: list[BlockBuffer] = []
         device.account_memory(nbytes)
 

@@ -149,7 +149,8 @@ def bench_json(r: LoadResult, mode: str = "") -> dict[str, Any]:
     rep = r.report
     return {
         "model": r.model, "device": rep.device, "mode": mode or rep.mode, "total_constant_nbytes": rep.total_constant_nbytes,
-        "load_s": rep.load_s, "cpu_encode_s": rep.cpu_encode_s, "fence_wait_s": rep.fence_wait_s,
+        "load_s": rep.load_s, "cpu_encode_s": rep.cpu_encode_s, "populate_s": rep.populate_s,
+        "fence_wait_s": rep.fence_wait_s,
         "gpu_s": rep.gpu_s, "submits": rep.submits, "peak_staging_nbytes": rep.peak_staging_nbytes,
         "staging_allocated_nbytes": rep.staging_allocated_nbytes, "peak_device_nbytes": rep.peak_device_nbytes,
         "peak_rss_delta_nbytes": r.peak_rss_delta_nbytes, "packing_dispatches": rep.packing_dispatches,

@@ -400,6 +400,24 @@ def _big_weights(size_mb: int) -> list[np.ndarray]:
     return np.split(np.random.default_rng(1).standard_normal((rows, 4096), dtype=np.float32), 4)
 
 
+def _settled_populate_share(size_mb: int, rounds: int = 3) -> float:
+    """What a settled load (the third of a process on) pays of a first load's populating of the
+    packing shaders' memory (LoadReport.populate_s): staged loads of synthetic:<4 x size_mb> in
+    fresh processes (the device of ``$VKGRAPH_DEVICE``), the median over the settled loads against
+    the first, the median over ``rounds`` processes. About 1 on SwiftShader, whose device memory
+    is mapped anew for every load (a synthetic:256 load's 79-84 ms in each of five loads of a
+    process), little on lavapipe, whose loads from the third on get the pages the last one freed
+    (95, 106, 36, 15 and 10 ms)."""
+    from .bench import SETTLING_LOADS, load_in_subprocess
+
+    shares = []
+    for _ in range(rounds):
+        loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "staged", None, SETTLING_LOADS + 2, check="last")
+        first = loads[0]["populate_s"]
+        shares.append(statistics.median(r["populate_s"] for r in loads[SETTLING_LOADS:]) / first if first > 0 else 0.0)
+    return statistics.median(shares)
+
+
 def pack_gbps(packer: str, size_mb: int, repeat: int, dispatch_s: float, populated: bool = False) -> float:
     """GPU packing bandwidth of ``packer`` on the device of ``$VKGRAPH_DEVICE``: median of
     ``repeat`` packings of :func:`_big_weights` after a warm-up one (single GPU timings on a
@@ -562,6 +580,7 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
     # on huge pages only while a load's weights fit in HUGE_PAGES_UP_TO_NBYTES (scheduler.py)
     huge_mb = min(4 * size_mb, HUGE_PAGES_UP_TO_NBYTES >> 20)
     populate_huge = _in_fresh_processes(f"populate_gbps({huge_mb}, huge_pages=True)") if device.is_cpu else None
+    settled_populate = _settled_populate_share(size_mb) if device.is_cpu else None
     execute = _execute_rates(device, repeat, 2 * nbytes)
     p = device.physical
     profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
@@ -573,8 +592,9 @@ def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Pr
                       encode_direct_s=encode_direct_s, direct_copy_gbps=direct_copy,
                       settled_direct_gbps=settled_direct, host_cpu=host_cpu() if device.is_cpu else "",
                       populated_pack_gbps=populated,
-                      populate_gbps=populate, populate_huge_gbps=populate_huge)
-    raw = {"fresh_device_gbps": fresh_device, "populate_gbps": populate, "populate_huge_gbps": populate_huge, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
+                      populate_gbps=populate, populate_huge_gbps=populate_huge,
+                      settled_populate_share=settled_populate)
+    raw = {"fresh_device_gbps": fresh_device, "populate_gbps": populate, "populate_huge_gbps": populate_huge, "settled_populate_share": settled_populate, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
            "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "direct_copy_gbps": direct_copy, "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "pack_gbps": pack, "populated_pack_gbps": populated,
            "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
@@ -645,6 +665,8 @@ def _direct_toml(p: Profile) -> str:
         out += f"\npopulate_gbps = {p.populate_gbps:.4g}   # a packing shader's fresh memory made at once (staged first loads)"
     if p.populate_huge_gbps is not None:
         out += f"\npopulate_huge_gbps = {p.populate_huge_gbps:.4g}   # the same on huge pages (loads of at most 128 MiB)"
+    if p.settled_populate_share is not None:
+        out += f"\nsettled_populate_share = {p.settled_populate_share:.4g}   # of that, what a settled load (the third on) pays"
     return out
 
 

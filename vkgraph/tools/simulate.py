@@ -22,7 +22,8 @@ each mode holds), models the staging ring with the same reserve/retire rule as
   4 KiB pages: scheduler.PrepackPlan.direct_huge_pages); where the plan populates the packing
   shaders' buffers (scheduler.PrepackPlan.populates_destinations) on a CPU renderer, the CPU for
   those too, as it gives a batch memory (``[cpu] populate_gbps``, ``populate_huge_gbps`` where
-  the plan advises them as huge pages: PrepackPlan.populated_huge_pages).
+  the plan advises them as huge pages: PrepackPlan.populated_huge_pages); a settled load pays
+  ``[cpu] settled_populate_share`` of that.
 - While both encode and pack at once, each runs at its profile rate (``[contention]``) of its
   speed alone: below 1 where the GPU is the CPU's own cores (lavapipe), 1 for separate hardware.
 - Reduce-peak mode waits for every batch (plus fence latency); legacy is one batch.
@@ -116,6 +117,10 @@ class Profile:
     populate_gbps: float | None = None
     #: the same on huge pages (scheduler.PrepackPlan.populated_huge_pages); None: populate_gbps
     populate_huge_gbps: float | None = None
+    #: what a settled load (the third of a process on) pays of a first load's populating, per
+    #: byte: about 1 where device memory is mapped anew for every load (SwiftShader), little where
+    #: a load gets the pages the last one freed (lavapipe); None: nothing
+    settled_populate_share: float | None = None
     #: GPU packing bandwidth per packer kind into memory whose pages the CPU made before
     #: (scheduler.PrepackPlan.populates_destinations: staged loads on CPU renderers), where
     #: pack_gbps is the shader's own first stores faulting them in; empty: pack_gbps
@@ -248,6 +253,7 @@ def load_profile(path: str | Path) -> Profile:
             settled_direct_gbps=float(cpu["settled_direct_gbps"]) if "settled_direct_gbps" in cpu else None,
             populate_gbps=float(cpu["populate_gbps"]) if "populate_gbps" in cpu else None,
             populate_huge_gbps=float(cpu["populate_huge_gbps"]) if "populate_huge_gbps" in cpu else None,
+            settled_populate_share=float(cpu["settled_populate_share"]) if "settled_populate_share" in cpu else None,
             populated_pack_gbps=populated,
         )
     except KeyError as exc:
@@ -264,6 +270,8 @@ def load_profile(path: str | Path) -> Profile:
                    *((f"cpu.host_pack_gbps.{k}", v) for k, v in prof.host_pack_gbps.items())):
         if v <= 0:
             raise ConfigError(str(p), key, f"must be > 0, got {v}")
+    if prof.settled_populate_share is not None and prof.settled_populate_share < 0:
+        raise ConfigError(str(p), "cpu.settled_populate_share", f"must be >= 0, got {prof.settled_populate_share}")
     if prof.fresh_device_gbps < 0:
         raise ConfigError(str(p), "gpu.fresh_device_gbps", f"must be >= 0 (0: free), got {prof.fresh_device_gbps}")
     if prof.encode_direct_s is not None and prof.encode_direct_s < 0:
@@ -382,9 +390,11 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
     plan, batch_nbytes = prepack.batches, prepack.batch_nbytes
     ring = RingModel(prepack.staging_capacity, profile.staging_alignment) if sum(batch_nbytes) else None
     touched = 0  # staging bytes already first-touched (the ring reuses them)
-    populate = first_load and prepack.populates_destinations and profile.cpu_renderer
-    #: the packing shaders store into pages made before (every staged load on a CPU renderer)
+    # The plan populates what the packing shaders write (every staged load on a CPU renderer): the
+    # CPU makes those pages, all of a first load's and settled_populate_share of a later one's,
+    # and the shaders store into them.
     populated = prepack.populates_destinations and profile.cpu_renderer
+    populate_share = 1.0 if first_load else profile.settled_populate_share or 0.0
 
     # What each batch costs alone: CPU seconds to encode and submit it (and to write its weights
     # the CPU packs itself after the submit), GPU seconds to pack it, and the earlier batches
@@ -413,8 +423,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
             c += fresh / (profile.staging_touch_gbps(prepack.staging_huge_pages) * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
-            if populate and not n.texture:  # its buffer's pages made as the batch gets memory
-                c, fresh_s = c + n.packed_nbytes / populate_rate, 0.0
+            if populated and not n.texture:  # its buffer's pages made as the batch gets memory
+                c, fresh_s = c + populate_share * n.packed_nbytes / populate_rate, 0.0
             if n.shader:
                 rate = profile.pack_bandwidth(n.packer, populated and not n.texture)
                 g += n.dispatches * profile.dispatch_s + n.packed_nbytes / rate
