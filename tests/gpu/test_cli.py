@@ -20,7 +20,8 @@ def test_bench_load_json(device, cache_dir, capsys, mode):
     assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", mode, "--json",
                      "--config", str(CONFIG_DIR / "low-memory.toml")]) == 0
     out = json.loads(capsys.readouterr().out)
-    keys = ["model", "device", "mode", "total_constant_nbytes", "load_s", "cpu_encode_s", "fence_wait_s", "gpu_s", "submits",
+    keys = ["model", "device", "mode", "total_constant_nbytes", "load_s", "cpu_encode_s", "populate_s", "fence_wait_s", "gpu_s",
+            "submits",
             "peak_staging_nbytes", "staging_allocated_nbytes", "peak_device_nbytes", "peak_rss_delta_nbytes", "packing_dispatches", "overlap", "output_ok",
             "rss_anon_delta_nbytes", "cache_hits", "cache_misses", "zero_copy_tensors", "cache_save_s"]
     assert list(out) == keys
@@ -30,6 +31,7 @@ def test_bench_load_json(device, cache_dir, capsys, mode):
     assert out["peak_device_nbytes"] >= out["total_constant_nbytes"] + out["staging_allocated_nbytes"] > 0
     assert 0 < out["peak_staging_nbytes"] <= out["staging_allocated_nbytes"]
     assert out["packing_dispatches"] > 0 and out["load_s"] > 0
+    assert 0 <= out["populate_s"] <= out["cpu_encode_s"]
 
 
 def test_bench_load_copy_floor_copies_the_constants_a_load_packs(device, cache_dir, capsys):
