@@ -1,8 +1,8 @@
 """The packing shaders against a copy of the same bytes (issue 20, item 4: what bounds packing).
 
-One process: MiniLM's MLP weights (8 pairs of fp32 [1536, 384] and [384, 1536], 37.7 MB) staged
-and packed by each shader packer, and the same bytes moved by vkCmdCopyBuffer from staging (an
-identity weight made to go through staging), as one batch of a staged load each: the packing
+One process: MLP weights of MiniLM's shapes (8 pairs of fp32 [1536, 384] and [384, 1536], 37.7
+MB) staged and packed by each shader packer, and the same bytes moved by vkCmdCopyBuffer from
+staging (an identity weight made to go through staging), as one batch of a staged load each: the packing
 runs alone, after the CPU staged everything, into device memory the load populated (on CPU
 renderers; graph/scheduler.PrepackPlan.populates_destinations). Rounds alternate the order;
 prints each one's GPU time (timestamps), the least and the median over the rounds, and its

@@ -406,8 +406,8 @@ def _settled_populate_share(size_mb: int, rounds: int = 3) -> float:
     fresh processes (the device of ``$VKGRAPH_DEVICE``), the median over the settled loads against
     the first, the median over ``rounds`` processes. About 1 on SwiftShader, whose device memory
     is mapped anew for every load (a synthetic:256 load's 79-84 ms in each of five loads of a
-    process), little on lavapipe, whose loads from the third on get the pages the last one freed
-    (95, 106, 36, 15 and 10 ms)."""
+    process), less on lavapipe, whose loads from the third on get pages the last one freed
+    (synthetic:256: 95, 106, 36, 15 and 10 ms; synthetic:128: 0.40 of the first's)."""
     from .bench import SETTLING_LOADS, load_in_subprocess
 
     shares = []

@@ -118,8 +118,8 @@ class Profile:
     #: the same on huge pages (scheduler.PrepackPlan.populated_huge_pages); None: populate_gbps
     populate_huge_gbps: float | None = None
     #: what a settled load (the third of a process on) pays of a first load's populating, per
-    #: byte: about 1 where device memory is mapped anew for every load (SwiftShader), little where
-    #: a load gets the pages the last one freed (lavapipe); None: nothing
+    #: byte: about 1 where device memory is mapped anew for every load (SwiftShader), less where a
+    #: load gets pages the last one freed (lavapipe); None: nothing
     settled_populate_share: float | None = None
     #: GPU packing bandwidth per packer kind into memory whose pages the CPU made before
     #: (scheduler.PrepackPlan.populates_destinations: staged loads on CPU renderers), where
