@@ -192,7 +192,7 @@ class PrepackRun:
             r.staging_allocated_nbytes = self.ring.allocated_peak_nbytes
             r.waits.extend((w0 - self.t0, w1 - self.t0) for w0, w1 in self.ring.waits)
         r.waits.sort()
-        r.fence_wait_s = sum(w1 - w0 for w0, w1 in r.waits)
+        r.fence_wait_s = sum((w1 - w0 for w0, w1 in r.waits), 0.0)
         if self.queries:
             offset_s = host_clock_offset_ns(dev, self.graph.fence_timeout_s) / 1e9 - self.t0
             ts = self.queries.results_ns()
