@@ -86,11 +86,9 @@ class TensorMemory:
         self.device = device
         self.timeout_s = timeout_s
         self._resources: list[Buffer | Image3D | MemoryBlock] = []
-        #: seconds the blocks it populated took to make their pages (MemoryBlock.populate_s)
-        self.populate_s = 0.0
 
     def allocate_blocks(self, tensors: Iterable[tuple[Tensor, bool]], populate: bool = False,
-                        huge_pages: bool = True, populated_huge_pages: bool = False) -> None:
+                        huge_pages: bool = True, populated_huge_pages: bool = False) -> float:
         """Buffers for the buffer tensors among ``tensors`` ((tensor, whether the CPU writes it)
         pairs) that have no memory yet, in order, in as few memory blocks of at most BLOCK_NBYTES
         as that takes (a larger tensor: a block of its own). With ``huge_pages`` (the policy:
@@ -102,33 +100,34 @@ class TensorMemory:
         fresh huge pages made synthetic:512's default loads slower on this VM (0.35..0.41x the
         copy floor against 0.49..0.53x). The two kinds fill blocks apart, so a batch that
         alternates them (MiniLM: a bias the CPU writes after each packed weight) still gets a few
-        blocks, not one per tensor."""
+        blocks, not one per tensor. Returns the seconds populating took (MemoryBlock.populate_s)."""
         groups: dict[bool, list[Tensor]] = {False: [], True: []}
         nbytes = {False: 0, True: 0}
+        populate_s = 0.0
 
-        def block(cpu: bool) -> None:
-            self._block(groups[cpu], huge_pages if cpu else populate and populated_huge_pages, populate and not cpu)
+        def block(cpu: bool) -> float:
+            return self._block(groups[cpu], huge_pages if cpu else populate and populated_huge_pages, populate and not cpu)
 
         for t, cpu in tensors:
             if t.storage != "buffer" or t.resource is not None:
                 continue
             if groups[cpu] and nbytes[cpu] + t.nbytes > BLOCK_NBYTES:
-                block(cpu)
+                populate_s += block(cpu)
                 groups[cpu], nbytes[cpu] = [], 0
             groups[cpu].append(t)
             nbytes[cpu] += t.nbytes
-        for cpu in groups:
-            block(cpu)
+        return populate_s + sum(block(cpu) for cpu in groups)
 
-    def _block(self, tensors: list[Tensor], huge_pages: bool = False, populate: bool = False, place=None) -> None:
+    def _block(self, tensors: list[Tensor], huge_pages: bool = False, populate: bool = False, place=None) -> float:
+        """One memory block for ``tensors``; returns the seconds populating it took."""
         if not tensors:
-            return
+            return 0.0
         block, buffers = allocate_block(self.device, [(t.nbytes, t.name) for t in tensors], huge_pages=huge_pages,
                                         populate=populate, place=place)
         self._resources.append(block)
-        self.populate_s += block.populate_s
         for t, buf in zip(tensors, buffers):
             t.buffer = buf
+        return block.populate_s
 
     def allocate_shared(self, tensors: list[Tensor], lifetimes: list[tuple[int, int]]) -> None:
         """Buffers for ``tensors`` in one memory block, placed by their ``lifetimes``

@@ -103,11 +103,10 @@ class PrepackRun:
         region = self.ring.reserve(self.plan.batch_nbytes[b]) if self.ring and self.plan.batch_nbytes[b] else None
         cpu0 = time.perf_counter()
         batch = self.plan.batches[b]  # a range of node indices
-        populated = g.memory.populate_s
-        g.memory.allocate_blocks(((g.values[self.nodes[i].dst], self.nodes[i].direct) for i in batch),
-                                 populate=self.plan.populates_destinations, huge_pages=self.plan.direct_huge_pages,
-                                 populated_huge_pages=self.plan.populated_huge_pages)
-        self.report.populate_s += g.memory.populate_s - populated
+        self.report.populate_s += g.memory.allocate_blocks(
+            ((g.values[self.nodes[i].dst], self.nodes[i].direct) for i in batch),
+            populate=self.plan.populates_destinations, huge_pages=self.plan.direct_huge_pages,
+            populated_huge_pages=self.plan.populated_huge_pages)
         (cmd,) = self.pool.allocate()
         cmd.begin(one_time=True)
         slots = [self.slot[i] for i in batch if i in self.slot]  # consecutive

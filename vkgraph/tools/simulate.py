@@ -423,10 +423,11 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
             c += fresh / (profile.staging_touch_gbps(prepack.staging_huge_pages) * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
-            if populated and not n.texture:  # its buffer's pages made as the batch gets memory
+            into_populated = populated and not n.texture  # its buffer's pages made as the batch gets memory
+            if into_populated:
                 c, fresh_s = c + populate_share * n.packed_nbytes / populate_rate, 0.0
             if n.shader:
-                rate = profile.pack_bandwidth(n.packer, populated and not n.texture)
+                rate = profile.pack_bandwidth(n.packer, into_populated)
                 g += n.dispatches * profile.dispatch_s + n.packed_nbytes / rate
                 dispatches += n.dispatches
             else:
