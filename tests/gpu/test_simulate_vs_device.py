@@ -85,6 +85,8 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert e.linear_dispatch_s >= e.dispatch_s and all(v > 0 for v in e.gmacs.values()), raw
     assert 0 < e.attention_key_s < 1e-5, raw  # seconds per query row and key: attention costs something
     assert 0 <= e.first_linear_s < 1 and 0 <= e.first_dispatch_s < 1, raw  # a first dispatch: under a second
+    assert 0 <= e.wave_share <= 1 and 0 < e.step_key_s < 1e-5, raw
+    assert 0 < e.gated_step < 10 and 0 < e.gated_tiles < 10, raw  # two weights cost about twice one's rows
     path = tmp_path / "p.toml"
     path.write_text(profile_toml(profile))
     again = load_profile(path)  # the written profile loads and simulates
@@ -93,6 +95,9 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert (again.cpu_rate, again.gpu_rate) == pytest.approx((profile.cpu_rate, profile.gpu_rate), rel=1e-2)
     assert again.execute.weight_gbps == pytest.approx(e.weight_gbps, rel=1e-3) and again.renderer == device.renderer
     assert again.execute.attention_key_s == pytest.approx(e.attention_key_s, rel=1e-3)
+    assert again.execute.step_key_s == pytest.approx(e.step_key_s, rel=1e-3)
+    assert [getattr(again.execute, k) for k in ("wave_share", "gated_step", "gated_tiles")] == pytest.approx(
+        [getattr(e, k) for k in ("wave_share", "gated_step", "gated_tiles")], rel=1e-2, abs=1e-3)
     for rate in ("populate_gbps", "populate_huge_gbps", "settled_populate_share"):
         v = getattr(profile, rate)
         assert getattr(again, rate) == (None if v is None else pytest.approx(v, rel=1e-3))

@@ -10,8 +10,8 @@ from vkgraph import ops
 from vkgraph.errors import ConfigError
 from vkgraph.graph.compute_graph import ComputeGraph
 from vkgraph.tools.simulate import load_profile
-from vkgraph.tools.simulate_run import (ExecuteRates, device_facts, dispatch_seconds, first_use_seconds, simulate_decode,
-                                        waves_factor)
+from vkgraph.tools.simulate_run import (ExecuteRates, binding_nbytes, device_facts, dispatch_seconds, first_use_seconds,
+                                        simulate_decode, waves_factor)
 
 PROFILE = load_profile("lavapipe")
 RATES = ExecuteRates(host_s=1e-4, dispatch_s=2e-5, stream_gbps=4.0, weight_gbps={"fp32": 8.0, "q4_0": 2.0},
@@ -62,6 +62,68 @@ def test_a_linear_on_a_cpu_renderer_is_priced_in_whole_waves_of_simd_batches():
     wbytes = g.values[n600.args[2]].nbytes
     assert dispatch_seconds(g, n600, threaded) == pytest.approx(6e-5 + 16 / 15 * (600 * 1e-7 + wbytes / 2e9))
     assert dispatch_seconds(g, n600, RATES) == pytest.approx(6e-5 + 600 * 1e-7 + wbytes / 2e9)
+
+
+def test_a_partial_waves_idle_batches_are_paid_by_the_profiles_share_of_them():
+    """Hand-worked: lavapipe at 512 bits (workgroups of 16) runs SmolLM2's one-token 576-row
+    linear as 36 invocations of 16 rows, 3 batches in 2 waves on 2 threads: waves_factor 64/36.
+    A linear's rows and bytes pay wave_share of that excess (0 on a host where a lone thread
+    streams the last batch as fast as two: the invocations it has), a tile's multiply-adds all
+    of it."""
+    import numpy as np
+
+    profile = dataclasses.replace(PROFILE, simd_width=16, renderer="lavapipe")
+    g = ComputeGraph.recording(facts=device_facts(dataclasses.replace(profile, execute=RATES)))
+    x1 = g.add_input((1, 576), np.float32, "x1")
+    x48 = g.add_input((48, 576), np.float32, "x48")
+    w = g.add_tensorref(np.zeros((576, 18 * 18), np.uint8), "w", quant="q4_0")
+    ops.linear(g, x1, w)
+    ops.linear(g, x48, w)
+    gemv, tiles = g.execute_nodes
+    f = waves_factor(gemv, 2)
+    assert gemv.invocations == 36 and f == pytest.approx(64 / 36)
+    wbytes = g.values[gemv.args[2]].nbytes
+    for share in (0.0, 0.5, 1.0):
+        rates = dataclasses.replace(RATES, threads=2, wave_share=share)
+        assert dispatch_seconds(g, gemv, rates) == pytest.approx(
+            6e-5 + (1 + share * (f - 1)) * (576 * 1e-7 + wbytes / 2e9))
+        ft, passes = waves_factor(tiles, 2), tiles.weight_passes
+        m, rows, k = tiles.linear_shape
+        assert dispatch_seconds(g, tiles, rates) == pytest.approx(
+            6e-5 + (1 + share * (ft - 1)) * passes * (rows * 1e-7 + wbytes / 2e9) + ft * (m - passes) * rows * k / 20e9)
+
+
+def test_gated_linears_and_one_token_attention_have_rates_of_their_own():
+    """Hand-worked: a gated linear (two weights, one dispatch) costs gated_step (one token) or
+    gated_tiles (a batch) times a plain linear of both weights' rows and bytes; attention of one
+    query token costs step_key_ns per row and key (a decoded token: no other query reuses the
+    keys it fetches), a batch's attention_key_ns; without step_key_ns both the batch's."""
+    import numpy as np
+
+    rates = dataclasses.replace(RATES, gated_step=1.5, gated_tiles=0.75, attention_key_s=1e-8, step_key_s=3e-8)
+    g = ComputeGraph.recording(facts=device_facts(dataclasses.replace(PROFILE, execute=rates)))
+    x1, x8 = g.add_input((1, 256), np.float32, "x1"), g.add_input((8, 256), np.float32, "x8")
+    wg, wu = (g.add_tensorref(np.zeros((64, 8 * 18), np.uint8), n, quant="q4_0") for n in ("g", "u"))
+    ops.gated_linear(g, x1, wg, wu)
+    ops.gated_linear(g, x8, wg, wu)
+    q1, q8 = g.add_input((1, 4 * 8), np.float32, "q1"), g.add_input((8, 4 * 8), np.float32, "q8")
+    k, v = (g.add_tensor((16, 4 * 8), np.float32, n) for n in "kv")
+    step = g.add_input((2,), np.uint32, "step")
+    for q in (q1, q8):
+        ops.sdpa(g, q, k, v, heads=4, causal=True, step=step)
+    one, batch, attn1, attn8 = g.execute_nodes
+    assert one.weights == batch.weights == 2 and one.linear_shape == (1, 128, 256)
+    plain = dataclasses.replace(rates, gated_step=1.0, gated_tiles=1.0)
+    for node, factor in ((one, 1.5), (batch, 0.75)):
+        assert dispatch_seconds(g, node, rates) - 6e-5 == pytest.approx(
+            factor * (dispatch_seconds(g, node, plain) - 6e-5))
+    assert one.linear_shape[1] * 1e-7 + 2 * binding_nbytes(g, one.args[2]) / 2e9 == pytest.approx(
+        dispatch_seconds(g, one, plain) - 6e-5)
+    for node, per_key in ((attn1, 3e-8), (attn8, 1e-8)):
+        assert dispatch_seconds(g, node, rates, 10) - dispatch_seconds(g, node, rates) == pytest.approx(
+            node.key_rows * 10 * per_key)
+    no_step = dataclasses.replace(rates, step_key_s=0.0)
+    assert dispatch_seconds(g, attn1, no_step, 10) - dispatch_seconds(g, attn1, no_step) == pytest.approx(4 * 10 * 1e-8)
 
 
 def test_decode_prediction_follows_the_session():
@@ -148,6 +210,12 @@ def test_decode_prediction_refuses_what_it_cannot_model(tmp_path):
     p.write_text(re.sub(r"(?m)^first_linear_us = .*$", "first_linear_us = -2", text))
     with pytest.raises(ConfigError, match=r"execute.first_linear_us: must be >= 0 \(0: not modelled\), got -2"):
         load_profile(p)
+    for key, value, message in (("wave_share", "1.5", "must be within 0..1, got 1.5"),
+                                ("gated_step", "0", "must be > 0, got 0"),
+                                ("step_key_ns", "-3", r"must be >= 0 \(0: not modelled\), got -3")):
+        p.write_text(re.sub(r"(?m)^\[execute\].*$", lambda m: f"{m.group(0)}\n{key} = {value}", text))
+        with pytest.raises(ConfigError, match=f"execute.{key}: {message}"):
+            load_profile(p)
     p.write_text(re.sub(r"(?m)^host_us = .*$", "", text))
     with pytest.raises(ConfigError, match="execute.host_us: missing"):
         load_profile(p)

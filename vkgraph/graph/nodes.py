@@ -174,7 +174,8 @@ class DispatchNode:
     weights: int = 1
     #: for the run model: a linear's tokens, weight rows (of this window; of all its weights) and inputs
     linear_shape: tuple[int, int, int] = (0, 0, 0)
-    #: for the run model: the invocations a linear's dispatch has (its work items); 0: not given
+    #: for the run model: the invocations a linear's or attention's dispatch has (its work items);
+    #: 0: not given
     invocations: int = 0
     #: for the run model: the bytes the dispatch moves where that is not every binding whole (a
     #: key/value cache written a few rows at a time); -1: every binding whole

@@ -888,7 +888,8 @@ def sdpa(g: ComputeGraph, q: ValueRef, k: ValueRef, v: ValueRef, *, heads: int, 
                                     key_rows=heads // group, invocations=rows))
         return out
     g.add_dispatch(DispatchNode("sdpa", args, push, {0: LOCAL_SIZE}, (min(batch * heads * t, g.max_groups_x), 1, 1),
-                                {"DYNAMIC_POS": dynamic}, moved_nbytes=moved, key_rows=heads))
+                                {"DYNAMIC_POS": dynamic}, moved_nbytes=moved, key_rows=heads,
+                                invocations=batch * heads * t))
     return out
 
 

@@ -3,6 +3,7 @@ compare the simulator with measured loads (``vkgraph simulate --validate``)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -22,7 +23,7 @@ from ..graph.values import ArraySource, TensorRef
 from ..paths import user_cache_dir
 from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind, allocate_block
 from .simulate import Profile, host_cpu, load_profile, model_nodes, simulate
-from .simulate_run import ExecuteRates, linear_terms
+from .simulate_run import ExecuteRates, linear_terms, waves_factor
 
 
 def _median(f, repeat: int = 3) -> float:
@@ -249,9 +250,14 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
     dispatch's own cost, a cost per row and one per weight byte (the first two: medians over
     the formats, then each format's byte rate again with those, the median over the shapes);
     then 32-token ones of 1024 x 1024, for the multiply-adds of a tile's further tokens. On a
-    CPU renderer every term is scaled by the linear's waves (simulate_run.waves_factor). A
-    pipeline's first dispatch: how much longer each graph's first execute took, the chain's
-    per pipeline (two), the linears' the median over their graphs (one pipeline each)."""
+    CPU renderer every term is scaled by the linear's waves (simulate_run.waves_factor); those
+    shapes have whole waves. Then, each against a neighbour with its executes in turn (so that
+    the host's drift cancels): linears of a partial wave, for the share of it their rows and
+    bytes pay (wave_share; 1 where no shape has one), and gated linears against plain ones of
+    as many rows, one token and 32 (gated_step, gated_tiles); and attention of one token
+    (step_key_s). A pipeline's first dispatch: how much longer a graph's first execute took,
+    the chain's per pipeline (two), the linears' the median over graphs of one small linear (a
+    pipeline each: one token and a tile of each format)."""
     import gguf
     from gguf.quants import quantize
 
@@ -281,33 +287,62 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
     kinds = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
              "q8_0": gguf.GGMLQuantizationType.Q8_0}
 
-    first_linear: list[float] = []  # each linears() graph has one pipeline: its first dispatch's cost
-
-    def linears(fmt: str, n: int, k: int, m: int) -> tuple[float, int, int, int, int]:
-        """(seconds of the execute beyond the host's share, dispatches, weight rows and weight bytes
-        streamed (over the passes), multiply-adds of the tiles' further tokens) of linears of
-        ``n`` x ``k`` on an [m, k] x."""
+    def build_linears(fmt: str, n: int, k: int, m: int, gated: bool = False, nbytes: int = weight_nbytes):
+        """A graph builder: linears of ``n`` x ``k`` on an [m, k] x (``gated``: gated linears of
+        two such weights), ``nbytes`` of weights in all; and its inputs."""
         dense = rng.standard_normal((n, k), dtype=np.float32)
         w, quant = (dense, "") if fmt == "fp32" else (quantize(dense, kinds[fmt]), fmt)
-        box: dict[str, Any] = {}
+        packed = get_packer(quant or "linear_4x4").packed_nbytes(TensorRef("w", w.shape, w.dtype, ArraySource(w),
+                                                                           quant=quant))
 
         def build(g: ComputeGraph) -> None:
             xin = g.add_input((m, k), np.float32, "x")
-            packed = get_packer(quant or "linear_4x4").packed_nbytes(TensorRef("w", w.shape, w.dtype, ArraySource(w),
-                                                                               quant=quant))
-            for i in range(-(-weight_nbytes // packed)):
-                y = ops.linear(g, xin, g.add_tensorref(w, f"w{i}", quant=quant))
+            for i in range(-(-nbytes // (packed * (1 + gated)))):
+                wi = g.add_tensorref(w, f"w{i}", quant=quant)
+                y = (ops.gated_linear(g, xin, wi, g.add_tensorref(w, f"u{i}", quant=quant)) if gated
+                     else ops.linear(g, xin, wi))
             g.set_output(y, "y")
-            box["graph"] = g
+        return build, {"x": rng.standard_normal((m, k), dtype=np.float32)}
 
-        t, first = _execute_times(dev, build, {"x": rng.standard_normal((m, k), dtype=np.float32)}, repeat)
-        first_linear.append(first)
-        g = box["graph"]
-        terms = [linear_terms(g, x, threads) for x in g.execute_nodes if x.weight_passes]
-        return (t - host_s, len(terms), *(sum(column) for column in zip(*terms)))
+    def linears(specs: list[tuple[str, int, int, int, bool]]) -> list[tuple[float, int, float, float, float, float]]:
+        """Graphs of linears (format, n, k, m, gated: build_linears), all built first, then
+        executed in turn ``repeat`` times, so that the host's drift hits each alike. Each: (median
+        seconds of its execute beyond the host's share, dispatches, weight rows and bytes
+        streamed over the passes at the invocations they have, multiply-adds of the tiles'
+        further tokens, the waves_factor of its linears (of one shape))."""
+        with contextlib.ExitStack() as stack:
+            runs = []
+            for spec in specs:
+                build, inputs = build_linears(*spec)
+                g = stack.enter_context(ComputeGraph(GraphConfig(), device=dev))
+                build(g)
+                g.prepare()
+                g.run_prepack()
+                g.encode_execute()
+                g.execute(inputs)  # its pipeline's first dispatch
+                runs.append((g, inputs, []))
+            for _ in range(repeat):
+                for g, inputs, times in runs:
+                    t0 = time.perf_counter()
+                    g.execute(inputs)
+                    times.append(time.perf_counter() - t0)
+            out = []
+            for g, _inputs, times in runs:
+                nodes = [x for x in g.execute_nodes if x.weight_passes]
+                rows, nbytes, macs = (sum(c) for c in zip(*(linear_terms(g, x, threads, wave_share=0.0)
+                                                            for x in nodes)))
+                out.append((statistics.median(times) - host_s, len(nodes), rows, nbytes, macs,
+                            waves_factor(nodes[0], threads)))
+            return out
 
+    formats = ("fp32", *kinds)
     shapes = [(512, 512), (2048, 512), (512, 2048), (2048, 2048)]
-    runs = {fmt: [linears(fmt, n, k, 1) for n, k in shapes] for fmt in ("fp32", *kinds)}
+    measured = linears([(fmt, n, k, 1, False) for fmt in formats for n, k in shapes]
+                       + [(fmt, 1024, 1024, 32, False) for fmt in formats])
+    # (seconds, dispatches, rows, bytes, multiply-adds) in whole waves (every shape here has those)
+    whole = [(t, d, f * rows, f * nbytes, macs) for t, d, rows, nbytes, macs, f in measured]
+    runs = {fmt: whole[i * len(shapes):(i + 1) * len(shapes)] for i, fmt in enumerate(formats)}
+    tiles = dict(zip(formats, whole[len(formats) * len(shapes):]))
     fits = [np.linalg.lstsq(np.array([r[1:4] for r in rs], float), np.array([r[0] for r in rs]), rcond=None)[0]
             for rs in runs.values()]
     linear_s = max(statistics.median(f[0] for f in fits), dispatch_s)
@@ -316,29 +351,50 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
     for fmt, rs in runs.items():  # the median over the shapes: one run on this VM can be 1.7x off
         weight_gbps[fmt] = statistics.median(nbytes / max(t - d * linear_s - rows * row_s, 1e-9) / 1e9
                                              for t, d, rows, nbytes, _ in rs)
-        t, d, rows, nbytes, macs = linears(fmt, 1024, 1024, 32)
+        t, d, rows, nbytes, macs = tiles[fmt]
         extra = t - d * linear_s - rows * row_s - nbytes / (weight_gbps[fmt] * 1e9)
         if macs and extra > 0:  # none on GPUs (a token per invocation: passes only)
             gmacs[fmt] = macs / extra / 1e9
+
+    def ratio(a: tuple[int, int, int, bool], b: tuple[int, int, int, bool]) -> tuple[float, float, float]:
+        """Linears ``b`` against ``a`` ((n, k, m, gated), q4_0), executed in turn: (b's work over
+        a's, measured; the same predicted at the invocations they have; b's waves_factor)."""
+        (ta, da, *wa, _), (tb, db, *wb, fb) = linears([("q4_0", *a), ("q4_0", *b)])
+
+        def work(rows: float, nbytes: float, macs: float) -> float:
+            return (rows * row_s + nbytes / (weight_gbps["q4_0"] * 1e9)
+                    + (macs / (gmacs["q4_0"] * 1e9) if "q4_0" in gmacs else 0.0))
+        return (max(tb - db * linear_s, 1e-9) / max(ta - da * linear_s, 1e-9)), work(*wb) / work(*wa), fb
+
+    # a partial wave: 528 rows are 3 workgroups of 16 invocations at 16 rows (lavapipe at 512
+    # bits), 2080 rows 3 of 8 at 128 (workgroups of 8); each against whole waves just below
+    shares = [(m / p - 1) / (f - 1) for m, p, f in (ratio((512, 512, 1, False), (528, 512, 1, False)),
+                                                    ratio((2048, 512, 1, False), (2080, 512, 1, False))) if f > 1.25]
+    wave_share = min(max(statistics.median(shares), 0.0), 1.0) if shares else 1.0
+    gated = [m / p for m, p, _ in (ratio((1024, 512, 1, False), (1024, 512, 1, True)),
+                                   ratio((1024, 1024, 32, False), (1024, 1024, 32, True)))]
+    # a pipeline's first dispatch: one small linear a graph (a large one's execute varies by more
+    # than that costs), one token and a tile, each format
+    first_linear = [_execute_times(dev, *build_linears(fmt, 256, 256, m, nbytes=1), repeat)[1]
+                    for fmt in formats for m in (1, 32)]
     return ExecuteRates(host_s, dispatch_s, stream, weight_gbps, linear_s, gmacs, row_s, threads,
                         _attention_key_s(dev, repeat, threads), max(statistics.median(first_linear), 0.0),
-                        max(first_adds / 2, 0.0))
+                        max(first_adds / 2, 0.0), wave_share, _attention_key_s(dev, repeat, threads, tokens=1),
+                        *gated)
 
 
-def _attention_key_s(dev: Device, repeat: int, threads: int) -> float:
+def _attention_key_s(dev: Device, repeat: int, threads: int, tokens: int = 32) -> float:
     """Attention's work per row of its kernel (DispatchNode.key_rows a token: a head, or in a batch
-    the heads sharing a key/value head) and key it sees: 16 causal attentions of a 32-token batch
-    (8 heads over 2 key/value heads of 64), each on caches of its own (512 rows: a model's layers
+    the heads sharing a key/value head) and key it sees: 16 causal attentions of a batch of
+    ``tokens`` (8 heads over 2 key/value heads of 64), each on caches of its own (512 rows: a model's layers
     read theirs from memory, not a cache the last one warmed), run with the batch at position
-    448 and at 0, the difference over the keys the rows saw besides, per waves_factor."""
+    448 and at 0 in turn (one graph: the host's drift hits both alike), the difference over the
+    keys the rows saw besides, per waves_factor."""
     from .. import ops
-    from .simulate_run import waves_factor
 
-    t, heads, kv_heads, dh, rows, far, count = 32, 8, 2, 64, 512, 448, 16
+    t, heads, kv_heads, dh, rows, far, count = tokens, 8, 2, 64, 512, 448, 16
     rng = np.random.default_rng(6)
-    box: dict[str, Any] = {}
-
-    def build(g: ComputeGraph) -> None:
+    with ComputeGraph(GraphConfig(), device=dev) as g:
         q = g.add_input((t, heads * dh), np.float32, "q")
         step = g.add_input((2,), np.uint32, "step")
         for i in range(count):
@@ -346,11 +402,20 @@ def _attention_key_s(dev: Device, repeat: int, threads: int) -> float:
                                                      f"{n}{i}")) for n in "kv")
             y = ops.sdpa(g, q, k, v, heads=heads, kv_heads=kv_heads, causal=True, step=step)
         g.set_output(y, "y")
-        box["node"] = g.execute_nodes[-1]
-
-    q = rng.standard_normal((t, heads * dh), dtype=np.float32)
-    near, at_far = (_execute_seconds(dev, build, {"q": q, "step": np.array([p, 0], np.uint32)}, repeat) for p in (0, far))
-    node = box["node"]
+        g.prepare()
+        g.run_prepack()
+        g.encode_execute()
+        inputs = [{"q": rng.standard_normal((t, heads * dh), dtype=np.float32), "step": np.array([p, 0], np.uint32)}
+                  for p in (0, far)]
+        times: list[list[float]] = [[], []]
+        g.execute(inputs[0])
+        for _ in range(repeat):
+            for x, into in zip(inputs, times):
+                t0 = time.perf_counter()
+                g.execute(x)
+                into.append(time.perf_counter() - t0)
+        node = g.execute_nodes[-1]
+        near, at_far = (statistics.median(x) for x in times)
     return max(at_far - near, 0.0) / (count * node.key_rows * t * far * waves_factor(node, threads))
 
 
@@ -687,6 +752,10 @@ threads = {e.threads}   # a CPU renderer's worker threads (0: a GPU)
 attention_key_ns = {e.attention_key_s * 1e9:.4g}   # attention's work per row of its kernel (a head; a batch's heads sharing a key/value head) and key it sees
 first_linear_us = {e.first_linear_s * 1e6:.4g}   # a linear pipeline's first dispatch in a process, beyond its work
 first_dispatch_us = {e.first_dispatch_s * 1e6:.4g}   # any other pipeline's
+wave_share = {e.wave_share:.3g}   # the share of a partial wave's idle SIMD batches a linear's rows and bytes pay
+step_key_ns = {e.step_key_s * 1e9:.4g}   # attention's work per row and key with one query token (a decoded token)
+gated_step = {e.gated_step:.3g}   # a gated linear's work against a plain one of its two weights: one token
+gated_tiles = {e.gated_tiles:.3g}   # the same in tiles of tokens
 
 [execute.weight_gbps]  # a linear's weight streamed, per format
 {weights}

@@ -15,15 +15,21 @@ dispatches. One execute of an entry point costs:
   1024 x 1024 took 197 us, one of 1536 x 576 (less bytes) 269 us, while each block's scale cost
   four fetches; since it is one (the planes' word views) the fit puts it at 0. On a CPU renderer
   (``threads``: its worker threads) a linear's workgroups run as whole SIMD batches, a batch
-  per thread at a time, so its terms are scaled by the waves of batches it takes against the
-  invocations it has: SmolLM2's 576-row one-token linears are (lavapipe at 512 bits) 36
-  invocations of 16 rows, 3 batches of 16, 2 waves on 2 threads: priced as 64 invocations (1.78x);
+  per thread at a time, so its tiles' multiply-adds are scaled by the waves of batches it takes
+  against the invocations it has (waves_factor), its rows and bytes by ``wave_share`` of that
+  factor's excess over 1: SmolLM2's 576-row one-token linears are (lavapipe at 512 bits) 36
+  invocations of 16 rows, 3 batches of 16, 2 waves on 2 threads (1.78x), yet on a Zen 4 host
+  they took as long as 512 rows in 2 batches: a lone thread streams the last batch's weights
+  about as fast as two (wave_share 0 there, SwiftShader 0.4). A gated linear (two weights, one
+  dispatch) costs ``gated_step`` (one token) or ``gated_tiles`` times a plain one of both
+  weights' rows and bytes (SwiftShader's one-token gated linear 1.3-1.6x, its tiles 0.74x);
 - any other kernel: ``dispatch_us`` plus its bindings' bytes (or ``moved_nbytes``) at
   ``stream_gbps``; attention besides ``attention_key_ns`` for each row of its kernel (a head of
   a token; in a batch the heads sharing a key/value head, which fetch each key once: SmolLM2's 3)
-  and key it sees, scaled by its waves on a CPU renderer as a linear is (SmolLM2's 9 heads of
-  one token on lavapipe at 512 bits: one SIMD batch of 16, a wave on 2 threads, priced as 32
-  rows). A decoded token at
+  and key it sees, ``step_key_ns`` where it has one query token (a decoded token: a batch's
+  tokens share the keys they fetch, a token alone does not), scaled by its waves on a CPU
+  renderer (SmolLM2's 9 heads of one token on lavapipe at 512 bits: one SIMD batch of 16, a
+  wave on 2 threads, priced as 32 rows). A decoded token at
   position p sees p + 1 keys, a prefill batch of T tokens from p0 (causal) T * p0 + T (T + 1) / 2
   in all: a step costs more the longer the context, so decode is priced at the mean position of
   the tokens it decodes, and each prefill batch at its own;
@@ -71,6 +77,17 @@ class ExecuteRates:
     #: (0: not modelled)
     first_linear_s: float = 0.0
     first_dispatch_s: float = 0.0
+    #: the share of a partial wave's idle SIMD batches a linear's rows and weight bytes pay (1:
+    #: whole waves, as its tiles' multiply-adds; 0: the invocations it has, as a stream bound by
+    #: memory, not by the lanes)
+    wave_share: float = 1.0
+    #: attention's work per row and key when its kernel has one query token (a decoded token:
+    #: no other token's query reuses a key it fetches); 0: attention_key_s
+    step_key_s: float = 0.0
+    #: a gated linear's work (two weights in one dispatch) against a plain linear of both
+    #: weights' rows and bytes: one token, tiles of tokens
+    gated_step: float = 1.0
+    gated_tiles: float = 1.0
 
 
 def parse_execute(path: str, d: dict) -> ExecuteRates | None:
@@ -81,7 +98,9 @@ def parse_execute(path: str, d: dict) -> ExecuteRates | None:
                              {k: float(v) for k, v in d["weight_gbps"].items()}, float(d["linear_dispatch_us"]) * 1e-6,
                              {k: float(v) for k, v in d.get("gmacs", {}).items()}, float(d["linear_row_ns"]) * 1e-9,
                              int(d.get("threads", 0)), float(d.get("attention_key_ns", 0.0)) * 1e-9,
-                             float(d.get("first_linear_us", 0.0)) * 1e-6, float(d.get("first_dispatch_us", 0.0)) * 1e-6)
+                             float(d.get("first_linear_us", 0.0)) * 1e-6, float(d.get("first_dispatch_us", 0.0)) * 1e-6,
+                             float(d.get("wave_share", 1.0)), float(d.get("step_key_ns", 0.0)) * 1e-9,
+                             float(d.get("gated_step", 1.0)), float(d.get("gated_tiles", 1.0)))
     except KeyError as exc:
         raise ConfigError(path, f"execute.{str(exc).strip(chr(39))}", "missing") from None
     except (TypeError, ValueError, AttributeError) as exc:
@@ -92,9 +111,14 @@ def parse_execute(path: str, d: dict) -> ExecuteRates | None:
         if v <= 0:
             raise ConfigError(path, key, f"must be > 0, got {v}")
     for key, v in (("attention_key_ns", rates.attention_key_s), ("first_linear_us", rates.first_linear_s),
-                   ("first_dispatch_us", rates.first_dispatch_s)):
+                   ("first_dispatch_us", rates.first_dispatch_s), ("step_key_ns", rates.step_key_s)):
         if v < 0:
             raise ConfigError(path, f"execute.{key}", f"must be >= 0 (0: not modelled), got {d[key]}")
+    if not 0 <= rates.wave_share <= 1:
+        raise ConfigError(path, "execute.wave_share", f"must be within 0..1, got {d['wave_share']}")
+    for key, v in (("gated_step", rates.gated_step), ("gated_tiles", rates.gated_tiles)):
+        if v <= 0:
+            raise ConfigError(path, f"execute.{key}", f"must be > 0, got {d[key]}")
     return rates
 
 
@@ -128,14 +152,24 @@ def waves_factor(node: DispatchNode, threads: int) -> float:
     return -(-batches // threads) * threads * local / node.invocations
 
 
-def linear_terms(g: ComputeGraph, node: DispatchNode, threads: int = 0) -> tuple[float, float, float]:
+def linear_terms(g: ComputeGraph, node: DispatchNode, threads: int = 0,
+                 wave_share: float = 1.0) -> tuple[float, float, float]:
     """What a linear's dispatch is priced by: (weight rows and weight bytes streamed over its
-    passes, multiply-adds of its tiles' further tokens), each scaled by its waves_factor on a CPU
-    renderer of ``threads``. Calibration fits the rates to these."""
+    passes, multiply-adds of its tiles' further tokens), on a CPU renderer of ``threads`` scaled
+    by its waves_factor: the multiply-adds wholly, the rows and bytes by ``wave_share`` of the
+    factor's excess over 1. Calibration fits the rates to these."""
     m, rows, k = node.linear_shape
     f = waves_factor(node, threads)
-    return (f * node.weight_passes * rows, f * node.weight_passes * node.weights * binding_nbytes(g, node.args[2]),
+    fs = 1 + wave_share * (f - 1)
+    return (fs * node.weight_passes * rows, fs * node.weight_passes * node.weights * binding_nbytes(g, node.args[2]),
             f * (m - node.weight_passes) * rows * k)
+
+
+def one_token(node: DispatchNode) -> bool:
+    """Whether a linear's or attention's dispatch computes one query token (a decode step)."""
+    if node.weight_passes:
+        return node.linear_shape[0] == 1
+    return node.invocations == node.key_rows
 
 
 def dispatch_seconds(g: ComputeGraph, node: DispatchNode, rates: ExecuteRates, keys_seen: float = 0.0) -> float:
@@ -145,13 +179,16 @@ def dispatch_seconds(g: ComputeGraph, node: DispatchNode, rates: ExecuteRates, k
         fmt = weight_format(node)
         if fmt not in rates.weight_gbps:
             raise ConfigError("profile", f"execute.weight_gbps.{fmt}", "missing")
-        rows, nbytes, macs = linear_terms(g, node, rates.threads)
+        rows, nbytes, macs = linear_terms(g, node, rates.threads, rates.wave_share)
         work = rows * rates.linear_row_s + nbytes / (rates.weight_gbps[fmt] * GB)
         if fmt in rates.gmacs:  # the tiles' further tokens
             work += macs / (rates.gmacs[fmt] * 1e9)
+        if node.weights == 2:
+            work *= rates.gated_step if one_token(node) else rates.gated_tiles
         return rates.linear_dispatch_s + work
     moved = node.moved_nbytes if node.moved_nbytes >= 0 else sum(binding_nbytes(g, a) for a in node.args)
-    keys = node.key_rows * keys_seen * rates.attention_key_s * waves_factor(node, rates.threads)
+    per_key = rates.step_key_s if rates.step_key_s and one_token(node) else rates.attention_key_s
+    keys = node.key_rows * keys_seen * per_key * waves_factor(node, rates.threads)
     return rates.dispatch_s + moved / (rates.stream_gbps * GB) + keys
 
 
