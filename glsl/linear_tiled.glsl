@@ -22,6 +22,9 @@
 #ifndef ACT
 #define ACT 0
 #endif
+#ifndef W_ROWS
+#define W_ROWS 0
+#endif
 #if ACT
 #define OP (ACT - 1)
 #define OP2 0
@@ -74,8 +77,14 @@ layout(set = 0, binding = 3 + HAS_BIAS) readonly buffer Res { YTYPE res[]; };
 #include "linear_params.h"
 #include "grid.h"
 
+#if W_ROWS
+// W as it is, [N, K] row-major (no packing: the load copies it): ROW4(n4, k4, c) is row n4 * 4 + c
+// at input channels k4 * 4 ..
+#define ROW4(n4, k4, c) W4(min((n4) * 4u + (c), N - 1u) * k4s + (k4))
+#else
 // W4(blk + kk): 4 output channels (n4 * 4 ..) of input channel k4 * 4 + kk
 #define BLOCK(n4, k4) ((min(n4, N4 - 1u) * k4s + (k4)) * 4u)
+#endif
 
 #if TOKENS == 1
 // One token at a time (GEMV): kept apart from the tiled form.
@@ -90,8 +99,13 @@ void main() {
             for (uint k4 = 0u; k4 < k4s; ++k4) {
                 vec4 xv = X4(m * k4s + k4);
                 for (uint r = 0u; r < R4; ++r) {
+#if W_ROWS
+                    acc[r] += vec4(dot(ROW4(first + r, k4, 0u), xv), dot(ROW4(first + r, k4, 1u), xv),
+                                   dot(ROW4(first + r, k4, 2u), xv), dot(ROW4(first + r, k4, 3u), xv));
+#else
                     uint blk = BLOCK(first + r, k4);
                     acc[r] += W4(blk) * xv.x + W4(blk + 1u) * xv.y + W4(blk + 2u) * xv.z + W4(blk + 3u) * xv.w;
+#endif
                 }
             }
             for (uint r = 0u; r < R4; ++r) {
@@ -127,8 +141,13 @@ void main() {
             // SwiftShader keeps an array indexed inside a loop in memory, so the token loops are
             // unrolled too (its MiniLM at batch 1: 13 sentences/s with linear_4x4.glsl, 47 so)
             [[unroll]] for (uint r = 0u; r < R4; ++r) {
+#if W_ROWS
+                mat4 wm = mat4(ROW4(first + r, k4, 0u), ROW4(first + r, k4, 1u), ROW4(first + r, k4, 2u),
+                               ROW4(first + r, k4, 3u));
+#else
                 uint blk = BLOCK(first + r, k4);
                 mat4 wm = transpose(mat4(W4(blk), W4(blk + 1u), W4(blk + 2u), W4(blk + 3u)));
+#endif
                 [[unroll]] for (uint c = 0u; c < 4u; ++c) {
                     [[unroll]] for (uint t = 0u; t < TOKENS; ++t) acc[(r * 4u + c) * TOKENS + t] += dot(wm[c], xv[t]);
                 }

@@ -151,12 +151,14 @@ class ExecuteConfig:
 
 @dataclass(frozen=True)
 class GraphOptions:
-    """Storage overrides, as ET-VK's GraphConfig has them ("" = each op's default: buffers), and
-    whether a batch's GGML Q4 linears on CPU renderers multiply int8 activations (ops._q8_pairs)."""
+    """Storage overrides, as ET-VK's GraphConfig has them ("" = each op's default: buffers),
+    whether a batch's GGML Q4 linears on CPU renderers multiply int8 activations (ops._q8_pairs),
+    and the layout of fp32 linear weights there (ops._rows_weight)."""
 
     storage: str = _key(CHOICE, "graph.storage", ("", "buffer", "texture3d"))
     memory_layout: str = _key(CHOICE, "graph.memory_layout", ("", "channels_packed", "width_packed", "height_packed"))
     int8_activations: bool = _key(BOOL, "graph.int8_activations")
+    fp32_linear_layout: str = _key(CHOICE, "graph.fp32_linear_layout", ("blocks", "rows"))
 
 
 @dataclass(frozen=True)

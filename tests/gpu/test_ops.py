@@ -23,32 +23,44 @@ def rng_for(*shape):
 CPU_KERNELS = pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-kernels", "gpu-kernels"])
 
 
+#: graph.fp32_linear_layout: 4x4 blocks, or on CPU renderers rows as stored (the tiled kernel's W_ROWS)
+LAYOUTS = pytest.mark.parametrize("layout", ["blocks", "rows"])
+
+
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 5), (3, 64, 33), (5, 130, 67), (20, 96, 70), (20, 96, 72)])
 @pytest.mark.parametrize("with_bias", [False, True])
 @CPU_KERNELS
-def test_linear(device, compiler, monkeypatch, m, k, n, with_bias, cpu_kernels):
+@LAYOUTS
+def test_linear(device, compiler, monkeypatch, m, k, n, with_bias, cpu_kernels, layout):
     """Both fp32 kernels (on CPU renderers, K a multiple of 4: tiles of rows x tokens; else a
     block of 4 outputs per invocation) against numpy; 20 tokens end in a partial token tile.
-    The tiled kernel runs on every CPU renderer here, whichever the policy gives it to."""
+    The tiled kernel runs on every CPU renderer here, whichever the policy gives it to, on the
+    weight in 4x4 blocks or, with layout "rows", as it is: copied, not packed."""
     monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     monkeypatch.setattr(ops, "TILED_LINEAR_RENDERERS", {device.renderer})
     rng = rng_for(m, k, n)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
+    packers = []
 
     def build(g, r):
         bias = g.add_tensorref(b, "b") if with_bias else None
-        return ops.linear(g, r["x"], g.add_tensorref(w, "w"), bias)
+        y = ops.linear(g, r["x"], g.add_tensorref(w, "w"), bias)
+        packers.append(g.prepack_nodes[0].packer.name)
+        return y
 
-    out, _ = run(device, compiler, build, {"x": x})
+    out, _ = run(device, compiler, build, {"x": x}, graph__fp32_linear_layout=layout)
+    rows = layout == "rows" and cpu_kernels and device.is_cpu and k % 4 == 0
+    assert packers == ["identity" if rows else "linear_4x4"]
     expect = x @ w.T + (b if with_bias else 0)
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu"])
 @CPU_KERNELS
-def test_linear_activation_and_residual(device, compiler, monkeypatch, act, cpu_kernels):
+@LAYOUTS
+def test_linear_activation_and_residual(device, compiler, monkeypatch, act, cpu_kernels, layout):
     """act(x @ w.T + b) + residual: fused into the tiled kernel, separate dispatches elsewhere."""
     from vkgraph.models.minilm import erf
 
@@ -58,7 +70,8 @@ def test_linear_activation_and_residual(device, compiler, monkeypatch, act, cpu_
     x, w = rng.standard_normal((9, 32)).astype(np.float32), rng.standard_normal((36, 32)).astype(np.float32)
     b, res = rng.standard_normal(36).astype(np.float32), rng.standard_normal((9, 36)).astype(np.float32)
     out, _ = run(device, compiler, lambda g, r: ops.linear(g, r["x"], g.add_tensorref(w, "w"), g.add_tensorref(b, "b"),
-                                                           residual=r["res"], act=act), {"x": x, "res": res})
+                                                           residual=r["res"], act=act), {"x": x, "res": res},
+                 graph__fp32_linear_layout=layout)
     v = x.astype(np.float64) @ w.T + b
     f = {"gelu": 0.5 * v * (1 + erf(v / np.sqrt(2))),
          "gelu_tanh": 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3))),

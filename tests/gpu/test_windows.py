@@ -9,6 +9,7 @@ import pytest
 from gguf.quants import dequantize, quantize
 
 from vkgraph import ops
+from vkgraph.config import GraphConfig
 from vkgraph.errors import UnsupportedFeatureError
 from vkgraph.graph import ComputeGraph
 
@@ -48,6 +49,28 @@ def test_fp32_linear_in_windows(device, compiler, monkeypatch, n, k, bias, cpu_k
         kernel = "linear_tiled" if tiled else "linear_4x4"
         assert sum(1 for node in g.execute_nodes if node.shader == kernel) > 1
     np.testing.assert_allclose(y, x @ w.T + (b if bias else 0), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("m", [1, 10])
+def test_fp32_linear_rows_in_windows(device, compiler, m):
+    """graph.fp32_linear_layout = "rows" on a CPU renderer: the weight goes to the device as it
+    is, copied (no packing dispatch), and the tiled kernel reads it in row windows, one token at
+    a time and in tiles."""
+    if not (ops.CPU_KERNELS and device.is_cpu and device.renderer in ops.TILED_LINEAR_RENDERERS):
+        pytest.skip("rows are read by the CPU renderers' tiled fp32 kernel only")
+    rng = np.random.default_rng(m)
+    n, k = 45, 36 * widen(device)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    with ComputeGraph(GraphConfig().replace(graph__fp32_linear_layout="rows"), device=device, compiler=compiler) as g:
+        g.max_binding_nbytes = 4096 * widen(device)
+        xin = g.add_input(x.shape, np.float32, "x")
+        g.set_output(ops.linear(g, xin, g.add_tensorref(w, "w")), "y")
+        report = g.run_prepack()
+        assert report.packing_dispatches == 0 and [n.packer.name for n in g.prepack_nodes] == ["identity"]
+        assert sum(1 for node in g.execute_nodes if node.shader == "linear_tiled") > 1
+        y = g.execute({"x": x})["y"]
+    np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("fmt", list(QTYPES))

@@ -26,6 +26,8 @@ def test_every_shipped_config_loads():
     assert low.prepack.reduce_peak_memory is True and low.prepack.threshold_nbytes == 4 * MiB
     assert load_config(CONFIGS / "fast-prefill.toml", env={}).graph.int8_activations is True
     assert GraphConfig().graph.int8_activations is False
+    assert load_config(CONFIGS / "fast-load.toml", env={}).graph.fp32_linear_layout == "rows"
+    assert GraphConfig().graph.fp32_linear_layout == "blocks"
 
 
 def test_default_toml_documents_every_key_with_its_default():

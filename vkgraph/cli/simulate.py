@@ -164,7 +164,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     args.model = args.model or "synthetic:256"
     profile = load_profile(args.profile)
     cfg = load_config(args.config or DEFAULT_CONFIG)
-    sim = simulate(model_nodes(args.model, profile), cfg, profile, args.mode, first_load=args.first_load)
+    sim = simulate(model_nodes(args.model, profile, cfg), cfg, profile, args.mode, first_load=args.first_load)
     if args.plot:
         from ..tools.plot import Span, plot_timeline
 

@@ -186,9 +186,29 @@ def _planes(g: ComputeGraph, ref: ValueRef) -> str | None:
 
 
 def _linear_weight(g: ComputeGraph, ref: ValueRef) -> ValueRef:
-    """A linear's packed weight: :func:`_weight`'s, but GGML blocks in planes (:func:`_planes`)."""
+    """A linear's packed weight: :func:`_weight`'s, but GGML blocks in planes (:func:`_planes`),
+    and an fp32 weight that linear_tiled reads as it is (_rows_weight) unpacked."""
     planes = _planes(g, ref)
-    return g.prepack_tensor(ref, planes) if planes else _weight(g, ref, "linear_4x4")
+    if planes:
+        return g.prepack_tensor(ref, planes)
+    return _weight(g, ref, "identity" if _rows_weight(g, ref) else "linear_4x4")
+
+
+def _rows_weight(g: ComputeGraph, ref: ValueRef) -> bool:
+    """Whether an fp32 linear weight source goes to the device as it is ([N, K] rows, the
+    identity packer: a copy, written straight into host-visible device memory) rather than in
+    4x4 blocks: with config ``graph.fp32_linear_layout = "rows"`` where the linear runs
+    linear_tiled (a CPU renderer, K a multiple of 4), which reads either as fast (its W_ROWS;
+    MiniLM's linears, one process, executes in turn, rows against blocks: lavapipe 0.96-1.03x,
+    SwiftShader 0.93-1.08x at 1, 16 and 256 tokens), and the load then packs none of them
+    (MiniLM's staged load against the copy floor, 2026-11-29: lavapipe 0.72x -> 1.18x,
+    SwiftShader 0.62x -> 1.20x). Not the default: on the two renderers this project tests on,
+    fp32 models would then pack nothing, and staged prepack, the simulator and the tuner would
+    no longer see there the work a GPU does."""
+    value = g.values[ref]
+    return (g.config.graph.fp32_linear_layout == "rows" and isinstance(value, TensorRef) and not value.quant
+            and len(value.shape) == 2 and value.shape[1] % 4 == 0
+            and CPU_KERNELS and g.device.is_cpu and g.device.renderer in TILED_LINEAR_RENDERERS)
 
 
 def tied_table(g: ComputeGraph, ref: ValueRef) -> ValueRef:
@@ -363,12 +383,14 @@ def _linear_tiled(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     rows = _cpu_rows(g, LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_ROWS_CPU) if tokens > 1 else LINEAR_ROWS_CPU,
                      n, m, tokens)
     local = _cpu_local(g)
-    for r0, r1, wb in _row_windows(g, w_ref, n, unit=4):
+    w_rows = int(g.values[w_ref].layout != "linear_4x4")  # [N, K] as stored: windows of any rows
+    for r0, r1, wb in _row_windows(g, w_ref, n, unit=1 if w_rows else 4):
         texel = _texel_ok(g, wb, g.values[w_ref].nbytes, 16)
         work = -(-(r1 - r0) // rows) * -(-m // tokens)
         g.add_dispatch(DispatchNode("linear_tiled", [y, x, wb, *extra], struct.pack("<IIIII", m, r1 - r0, k, r0, n),
                                     {0: local}, _linear_groups(g, tokens, work, local),
                                     {"R4": rows // 4, "TOKENS": tokens, "TEXEL": int(texel),
+                                     "W_ROWS": w_rows,
                                      "X_TEXEL": int(x_texel), "HAS_BIAS": len(bias),
                                      "RESIDUAL": int(residual is not None), "ACT": 1 + UNARY_OPS[act] if act else 0,
                                      "Y4": _stores_vec4(tokens, rows, n, r0, r1)},

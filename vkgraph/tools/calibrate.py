@@ -801,7 +801,7 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
                 progress(r * len(cells) + i + 1, repeat * len(cells))
     rows = []
     for model in models:
-        nodes = model_nodes(model, profile)
+        nodes = model_nodes(model, profile, config_for(VALIDATE_MODES[0], config))
         for mode in VALIDATE_MODES:
             times = [x["load_s"] for x in settled[(model, mode)]]
             first = [x["load_s"] for x in fresh[(model, mode)]]

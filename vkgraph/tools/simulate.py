@@ -285,15 +285,16 @@ def load_profile(path: str | Path) -> Profile:
 # --- a model's prepack nodes ----------------------------------------------------------------------
 
 
-def model_nodes(model: str, profile: Profile | None = None) -> list[SimNode]:
+def model_nodes(model: str, profile: Profile | None = None, config: GraphConfig | None = None) -> list[SimNode]:
     """The prepack nodes of any model the registry knows (``synthetic:<MB>``, ``minilm``,
     ``smollm2``, a BERT directory or ``.gguf`` file, a shape-only ``llama-3-8b:q4_0``...), in
     load order: its builder run on a recording graph, with the facts of ``profile``'s device
-    where given (its kernels choose the packers: GGML blocks in planes on CPU renderers)."""
+    where given (its kernels choose the packers: GGML blocks in planes on CPU renderers) and
+    ``config``'s graph options (``graph.fp32_linear_layout``)."""
     from .simulate_run import device_facts
 
     with open_model(model, shapes_only=True) as m:
-        g = ComputeGraph.recording(facts=device_facts(profile)) if profile else ComputeGraph.recording()
+        g = ComputeGraph.recording(config, device_facts(profile) if profile else None)
         m.build(g)
     return [SimNode(g.values[n.src].name, n.packer.name, g.values[n.src].nbytes, g.values[n.dst].nbytes,
                     len(n.windows(g)), g.values[n.dst].storage != "buffer")
