@@ -162,11 +162,15 @@ def silu(v):
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("n,k,m", [(1, 32, 1), (33, 96, 19), (64, 576, 9)])
 @pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-layout", "gpu-layout"])
-def test_gated_linear(device, compiler, monkeypatch, fmt, n, k, m, cpu_kernels):
+@pytest.mark.parametrize("gated_gemv", [True, False], ids=["one-dispatch", "two-linears"])
+def test_gated_linear(device, compiler, monkeypatch, fmt, n, k, m, cpu_kernels, gated_gemv):
     """silu(x @ gate.T) * (x @ up.T) in one dispatch for GGML weights of one format and shape
-    (one token and tiles, both layouts); fp32 weights, or a gate and an up of different formats,
-    as two linears and silu_mul: numpy's result either way."""
+    (one token and tiles, both layouts), except one token on a CPU renderer not in
+    GATED_GEMV_RENDERERS: two linears and silu_mul; fp32 weights, or a gate and an up of
+    different formats, as two linears and silu_mul: numpy's result either way."""
     monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
+    monkeypatch.setattr(ops, "GATED_GEMV_RENDERERS", {device.renderer} if gated_gemv else set())
+    fused = gated_gemv or m > 1 or not (cpu_kernels and device.is_cpu)
     (gq, gd), (uq, ud) = quantized(fmt, n, k, 1), quantized(fmt, n, k, 2)
     other = "q8_0" if fmt != "q8_0" else "q4_0"
     oq, od = quantized(other, n, k, 3)
@@ -175,7 +179,10 @@ def test_gated_linear(device, compiler, monkeypatch, fmt, n, k, m, cpu_kernels):
     with ComputeGraph(device=device, compiler=compiler) as g:
         xin = g.add_input(x.shape, np.float32, "x")
         g.set_output(ops.gated_linear(g, xin, g.add_tensorref(gq, "g", quant=fmt), g.add_tensorref(uq, "u", quant=fmt)), "y")
-        assert [d.shader for d in g.execute_nodes] == ["linear_quant"] and g.execute_nodes[0].weights == 2
+        if fused:
+            assert [d.shader for d in g.execute_nodes] == ["linear_quant"] and g.execute_nodes[0].weights == 2
+        else:
+            assert [(d.shader, d.weights) for d in g.execute_nodes] == [("linear_quant", 1)] * 2 + [("binary", 1)]
         g.set_output(ops.gated_linear(g, xin, g.add_tensorref(gf, "gf"), g.add_tensorref(uf, "uf")), "yf")
         g.set_output(ops.gated_linear(g, xin, g.add_tensorref(gq, "g2", quant=fmt), g.add_tensorref(oq, "o", quant=other)), "ym")
         assert len(g.execute_nodes) > 3
@@ -245,10 +252,13 @@ def test_linears_with_rms_norm(device, compiler, monkeypatch, fmt, m, cpu_kernel
         g.set_output(ops.stacked_linear(g, xin, [g.add_tensorref(raw, f"s{i}", quant=fmt) for i, (raw, _) in enumerate(parts)],
                                         norm=norm), "ys")
         # one token at a time the norm is in the linear's dispatch; tiles of tokens (a batch) run
-        # it once before
+        # it once before. One token of a gated linear on a renderer outside GATED_GEMV_RENDERERS:
+        # two linears (each normalizing) and silu_mul
         fused = m == 1
-        norms = [d.shader for d in g.execute_nodes if d.shader != "linear_quant"]
-        assert len(g.execute_nodes) - len(norms) == 4 and len(norms) == (0 if fused else 4)
+        split = int(fused and cpu_kernels and device.is_cpu and device.renderer not in ops.GATED_GEMV_RENDERERS)
+        others = [d.shader for d in g.execute_nodes if d.shader != "linear_quant"]
+        assert len(g.execute_nodes) - len(others) == 4 + split
+        assert others == (["binary"] * split if fused else [others[0]] * 4)
         g.set_output(ops.linear(g, xin, g.add_tensorref(dense, "wf"), norm=norm), "yf")
         assert g.execute_nodes[-2].shader in ("rms_norm", "norm_rows")
         with pytest.raises(ValueError, match=r"rms_norm: weight \(95,\) does not match dimension 96"):
@@ -397,7 +407,8 @@ def test_int8_activations(device, compiler, fmt, m):
         int8 = device.is_cpu and m > 1 and fmt != "q8_0"
         linears = [nd for nd in g.execute_nodes if nd.shader == "linear_quant"]
         quantizes = [nd for nd in g.execute_nodes if nd.shader == "q8_pairs"]
-        assert len(linears) == 4 and {nd.defines["Q8X"] for nd in linears} == {int(int8)}
+        split = int(m == 1 and device.is_cpu and device.renderer not in ops.GATED_GEMV_RENDERERS)  # gated: two
+        assert len(linears) == 4 + split and {nd.defines["Q8X"] for nd in linears} == {int(int8)}
         assert [nd.defines["NORM"] for nd in quantizes] == ([0, 1, 0, 1] if int8 else [])
         if int8:
             assert {nd.defines["TOKENS"] for nd in linears} == {min(m, ops.LINEAR_TOKENS_INT8)}

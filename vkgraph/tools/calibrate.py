@@ -304,12 +304,14 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
             g.set_output(y, "y")
         return build, {"x": rng.standard_normal((m, k), dtype=np.float32)}
 
-    def linears(specs: list[tuple[str, int, int, int, bool]]) -> list[tuple[float, int, float, float, float, float]]:
+    def linears(specs: list[tuple[str, int, int, int, bool]]) -> list[tuple[float, int, float, float, float, float,
+                                                                            bool]]:
         """Graphs of linears (format, n, k, m, gated: build_linears), all built first, then
         executed in turn ``repeat`` times, so that the host's drift hits each alike. Each: (median
         seconds of its execute beyond the host's share, dispatches, weight rows and bytes
         streamed over the passes at the invocations they have, multiply-adds of the tiles'
-        further tokens, the waves_factor of its linears (of one shape))."""
+        further tokens, the waves_factor of its linears (of one shape), whether they are gated
+        ones: ops.gated_linear's dispatches of two weights)."""
         with contextlib.ExitStack() as stack:
             runs = []
             for spec in specs:
@@ -332,7 +334,7 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
                 rows, nbytes, macs = (sum(c) for c in zip(*(linear_terms(g, x, threads, wave_share=0.0)
                                                             for x in nodes)))
                 out.append((statistics.median(times) - host_s, len(nodes), rows, nbytes, macs,
-                            waves_factor(nodes[0], threads)))
+                            waves_factor(nodes[0], threads), any(x.weights == 2 for x in nodes)))
             return out
 
     formats = ("fp32", *kinds)
@@ -340,7 +342,7 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
     measured = linears([(fmt, n, k, 1, False) for fmt in formats for n, k in shapes]
                        + [(fmt, 1024, 1024, 32, False) for fmt in formats])
     # (seconds, dispatches, rows, bytes, multiply-adds) in whole waves (every shape here has those)
-    whole = [(t, d, f * rows, f * nbytes, macs) for t, d, rows, nbytes, macs, f in measured]
+    whole = [(t, d, f * rows, f * nbytes, macs) for t, d, rows, nbytes, macs, f, _ in measured]
     runs = {fmt: whole[i * len(shapes):(i + 1) * len(shapes)] for i, fmt in enumerate(formats)}
     tiles = dict(zip(formats, whole[len(formats) * len(shapes):]))
     fits = [np.linalg.lstsq(np.array([r[1:4] for r in rs], float), np.array([r[0] for r in rs]), rcond=None)[0]
@@ -356,23 +358,25 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
         if macs and extra > 0:  # none on GPUs (a token per invocation: passes only)
             gmacs[fmt] = macs / extra / 1e9
 
-    def ratio(a: tuple[int, int, int, bool], b: tuple[int, int, int, bool]) -> tuple[float, float, float]:
+    def ratio(a: tuple[int, int, int, bool], b: tuple[int, int, int, bool]) -> tuple[float, float, float, bool]:
         """Linears ``b`` against ``a`` ((n, k, m, gated), q4_0), executed in turn: (b's work over
-        a's, measured; the same predicted at the invocations they have; b's waves_factor)."""
-        (ta, da, *wa, _), (tb, db, *wb, fb) = linears([("q4_0", *a), ("q4_0", *b)])
+        a's, measured; the same predicted at the invocations they have; b's waves_factor;
+        whether b's dispatches are gated ones)."""
+        (ta, da, *wa, _, _), (tb, db, *wb, fb, gated) = linears([("q4_0", *a), ("q4_0", *b)])
 
         def work(rows: float, nbytes: float, macs: float) -> float:
             return (rows * row_s + nbytes / (weight_gbps["q4_0"] * 1e9)
                     + (macs / (gmacs["q4_0"] * 1e9) if "q4_0" in gmacs else 0.0))
-        return (max(tb - db * linear_s, 1e-9) / max(ta - da * linear_s, 1e-9)), work(*wb) / work(*wa), fb
+        return (max(tb - db * linear_s, 1e-9) / max(ta - da * linear_s, 1e-9)), work(*wb) / work(*wa), fb, gated
 
     # a partial wave: 528 rows are 3 workgroups of 16 invocations at 16 rows (lavapipe at 512
     # bits), 2080 rows 3 of 8 at 128 (workgroups of 8); each against whole waves just below
-    shares = [(m / p - 1) / (f - 1) for m, p, f in (ratio((512, 512, 1, False), (528, 512, 1, False)),
-                                                    ratio((2048, 512, 1, False), (2080, 512, 1, False))) if f > 1.25]
+    shares = [(m / p - 1) / (f - 1) for m, p, f, _ in (ratio((512, 512, 1, False), (528, 512, 1, False)),
+                                                       ratio((2048, 512, 1, False), (2080, 512, 1, False))) if f > 1.25]
     wave_share = min(max(statistics.median(shares), 0.0), 1.0) if shares else 1.0
-    gated = [m / p for m, p, _ in (ratio((1024, 512, 1, False), (1024, 512, 1, True)),
-                                   ratio((1024, 1024, 32, False), (1024, 1024, 32, True)))]
+    # 1 where ops.gated_linear gives no gated dispatch (SwiftShader's one token: two linears)
+    gated = [m / p if fused else 1.0 for m, p, _, fused in (ratio((1024, 512, 1, False), (1024, 512, 1, True)),
+                                                            ratio((1024, 1024, 32, False), (1024, 1024, 32, True)))]
     # a pipeline's first dispatch: one small linear a graph (a large one's execute varies by more
     # than that costs), one token and a tile, each format
     first_linear = [_execute_times(dev, *build_linears(fmt, 256, 256, m, nbytes=1), repeat)[1]

@@ -22,7 +22,8 @@ dispatches. One execute of an entry point costs:
   they took as long as 512 rows in 2 batches: a lone thread streams the last batch's weights
   about as fast as two (wave_share 0 there, SwiftShader 0.4). A gated linear (two weights, one
   dispatch) costs ``gated_step`` (one token) or ``gated_tiles`` times a plain one of both
-  weights' rows and bytes (SwiftShader's one-token gated linear 1.3-1.6x, its tiles 0.74x);
+  weights' rows and bytes (SwiftShader's tiles 0.74x; its one-token gated linear ran 1.3-1.6x,
+  so it now runs two linears there: ops.GATED_GEMV_RENDERERS);
 - any other kernel: ``dispatch_us`` plus its bindings' bytes (or ``moved_nbytes``) at
   ``stream_gbps``; attention besides ``attention_key_ns`` for each row of its kernel (a head of
   a token; in a batch the heads sharing a key/value head, which fetch each key once: SmolLM2's 3)
