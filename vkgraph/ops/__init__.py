@@ -87,7 +87,7 @@ SDPA_GROUP_RENDERERS = {"lavapipe"}
 #: x read once for both weights); elsewhere two linears (each normalizing x itself) and silu_mul.
 #: SmolLM2's gate and up shape (2 x 1536 x 576, Q4_1), 30 in a graph, one process, executes in
 #: turn, median of 9: lavapipe 7.4 ms in one dispatch against 13.0 in two; SwiftShader 23.4-32.0
-#: against 19.0-26.4 (three runs), its tiles 0.74x the plain ones' time (simulate's gated_tiles)
+#: against 19.0-26.4 (five runs), its tiles 0.74x the plain ones' time (simulate's gated_tiles)
 GATED_GEMV_RENDERERS = {"lavapipe"}
 SDPA_GROUP_MAX = 4
 #: False: the GPU kernels everywhere, also on CPU renderers (tests run both; benchmarks/gemv.py
