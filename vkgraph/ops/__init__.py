@@ -83,13 +83,13 @@ DOT_PAIRS_RENDERERS = {"lavapipe"}
 #: sessions each): 153.8 -> 144.2 ms median, logits identical; SwiftShader 1497.9 -> 1531.4 (2
 #: sessions each, within its noise), so it keeps a head per invocation.
 SDPA_GROUP_RENDERERS = {"lavapipe"}
+SDPA_GROUP_MAX = 4
 #: CPU renderers whose one-token gated_linear runs as one dispatch (GATED in glsl/linear_quant.glsl:
 #: x read once for both weights); elsewhere two linears (each normalizing x itself) and silu_mul.
 #: SmolLM2's gate and up shape (2 x 1536 x 576, Q4_1), 30 in a graph, one process, executes in
 #: turn, median of 9: lavapipe 7.4 ms in one dispatch against 13.0 in two; SwiftShader 23.4-32.0
 #: against 19.0-26.4 (five runs), its tiles 0.74x the plain ones' time (simulate's gated_tiles)
 GATED_GEMV_RENDERERS = {"lavapipe"}
-SDPA_GROUP_MAX = 4
 #: False: the GPU kernels everywhere, also on CPU renderers (tests run both; benchmarks/gemv.py
 #: compares the two): the linears' layouts (_linear_quant, _linear_tiled), the norms (_norm) and
 #: attention (sdpa)
@@ -213,8 +213,12 @@ def _rows_weight(g: ComputeGraph, ref: ValueRef) -> bool:
     no longer see there the work a GPU does."""
     value = g.values[ref]
     return (g.config.graph.fp32_linear_layout == "rows" and isinstance(value, TensorRef) and not value.quant
-            and len(value.shape) == 2 and value.shape[1] % 4 == 0
-            and CPU_KERNELS and g.device.is_cpu and g.device.renderer in TILED_LINEAR_RENDERERS)
+            and len(value.shape) == 2 and _tiled(g, value.shape[1]))
+
+
+def _tiled(g: ComputeGraph, k: int) -> bool:
+    """Whether an fp32 linear of ``k`` inputs runs linear_tiled (_linear_tiled) on this device."""
+    return CPU_KERNELS and g.device.is_cpu and g.device.renderer in TILED_LINEAR_RENDERERS and k % 4 == 0
 
 
 def tied_table(g: ComputeGraph, ref: ValueRef) -> ValueRef:
@@ -300,7 +304,7 @@ def linear(g: ComputeGraph, x: ValueRef, weight: ValueRef, bias: ValueRef | None
         if tuple(g.values[bias].shape) != (n,):
             raise ValueError(f"linear: bias {g.values[bias].shape} does not match {n} output features")
         extra.append(_weight(g, bias, "identity"))
-    if CPU_KERNELS and g.device.is_cpu and g.device.renderer in TILED_LINEAR_RENDERERS and k % 4 == 0:
+    if _tiled(g, k):
         _linear_tiled(g, y, x, w_ref, m, n, k, extra, residual, act)
         return y
     for r0, r1, wb in _row_windows(g, w_ref, n, unit=4):
