@@ -16,15 +16,16 @@ BLOCK_WEIGHTS = 32
 class BlockFormat:
     name: str  # the packer and layout name: "q4_0"
     ggml_type: str  # the GGUF tensor type: "Q4_0"
+    type_id: int  # its number in a GGUF tensor info (ggml_type's value in GGML's enum)
     block_nbytes: int  # one block in the file
     qtype: int  # the shaders' QTYPE define
     head_nbytes: int  # its scale d (and Q4_1's minimum m), before the quants
 
 
 FORMATS: dict[str, BlockFormat] = {f.name: f for f in (
-    BlockFormat("q4_0", "Q4_0", 18, 0, 2),
-    BlockFormat("q4_1", "Q4_1", 20, 1, 4),
-    BlockFormat("q8_0", "Q8_0", 34, 2, 2),
+    BlockFormat("q4_0", "Q4_0", 2, 18, 0, 2),
+    BlockFormat("q4_1", "Q4_1", 3, 20, 1, 4),
+    BlockFormat("q8_0", "Q8_0", 8, 34, 2, 2),
 )}
 BY_GGML_TYPE: dict[str, BlockFormat] = {f.ggml_type: f for f in FORMATS.values()}
 

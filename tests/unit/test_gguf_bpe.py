@@ -1,5 +1,6 @@
 import struct
 
+import numpy as np
 import pytest
 
 from vkgraph.errors import GGUFError, MissingTensorError, TokenizerError
@@ -38,6 +39,76 @@ def test_reader_facts(smollm2):
         smollm2.tensor("nope")
 
 
+def _reference(path):
+    """The ``gguf`` package's reading of a file: metadata (its own GGUF.* header fields left out)
+    and per tensor (offset, data)."""
+    from gguf import GGUFReader
+
+    r = GGUFReader(path)
+    meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    return meta, {t.name: (int(t.data_offset), t.data) for t in r.tensors}
+
+
+def _same_as_gguf_package(path, nested=()):
+    """``nested``: keys of arrays of arrays, which the package's reader flattens into one list."""
+    meta, tensors = _reference(path)
+    with GGUFFile(path) as f:
+        for key in nested:
+            assert [v for inner in f.metadata[key] for v in inner] == meta[key]
+            meta[key] = f.metadata[key]
+        assert f.metadata == meta
+        assert {k: type(v) for k, v in f.metadata.items()} == {k: type(v) for k, v in meta.items()}
+        assert list(f.tensors) == list(tensors)
+        for name, (offset, data) in tensors.items():
+            t = f.tensors[name]
+            assert (t.offset, t.data.shape, t.data.dtype) == (offset, data.shape, data.dtype), name
+            assert np.array_equal(t.data, data), name
+
+
+def test_reader_matches_the_gguf_package(smollm2_path):
+    _same_as_gguf_package(smollm2_path)
+
+
+@pytest.mark.parametrize("endian", ["LITTLE", "BIG"])
+def test_reader_reads_every_value_type_as_the_gguf_package(tmp_path, endian):
+    import gguf
+    from gguf.quants import quantize
+
+    rng = np.random.default_rng(3)
+    path = tmp_path / f"{endian}.gguf"
+    w = gguf.GGUFWriter(str(path), "llama", endianess=gguf.GGUFEndian[endian])
+    w.add_custom_alignment(64)
+    for i, add in enumerate([w.add_uint8, w.add_int8, w.add_uint16, w.add_int16, w.add_uint32, w.add_int32,
+                             w.add_uint64, w.add_int64]):
+        add(f"int.{i}", 7 * i + 1 if add.__name__.startswith("add_u") else -5 * i - 1)
+    w.add_float32("f32", 0.1)
+    w.add_float64("f64", -2.5e-300)
+    w.add_bool("yes", True)
+    w.add_bool("no", False)
+    w.add_string("name", "naïve ☃")
+    w.add_array("words", ["", "Ġthe", "<|im_end|>", "é"])
+    w.add_array("floats", rng.standard_normal(5).astype(np.float32).tolist())
+    w.add_array("ints", [-3, 0, 2**31 - 1])
+    w.add_array("nested", [[1, 2], [3]])
+    for name, shape, kind in [("a.weight", (3, 64), "Q4_0"), ("b.weight", (2, 32), "Q4_1"),
+                              ("c.weight", (4, 96), "Q8_0"), ("norm", (7,), None), ("m", (2, 3, 5), None)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        if kind:
+            qt = gguf.GGMLQuantizationType[kind]
+            w.add_tensor(name, quantize(x, qt), raw_dtype=qt)
+        else:
+            w.add_tensor(name, x)  # the writer swaps the bytes for a big-endian file
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    _same_as_gguf_package(path, nested=["nested"])
+    with GGUFFile(path) as f:
+        assert f.get("nested") == [[1, 2], [3]] and f.get("name") == "naïve ☃" and f.get("yes") is True
+        assert f.tensors["m"].shape == (2, 3, 5) and f.tensors["c.weight"].quant == "q8_0"
+        assert f.get("general.alignment") == 64 and f.tensors["norm"].offset % 64 == 0
+
+
 @pytest.mark.parametrize("data,reason", [(b"", "not a readable GGUF"), (b"GGUF" + b"\0" * 8, "not a readable GGUF"),
                                          (b"NOPE" + struct.pack("<I", 3) + b"\0" * 16, "not a readable GGUF"),
                                          # found by fuzzing: an array of 2**60 elements (the gguf package
@@ -46,7 +117,15 @@ def test_reader_facts(smollm2):
                                           + struct.pack("<IIQ", 9, 0, 2**60) + b"\0" * 16,
                                           r"not a readable GGUF file \(value 0 of 1152921504606846976 elements"),
                                          (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", 1) + b"t"
-                                          + struct.pack("<I", 9) + b"\0" * 16, r"not a readable GGUF file \(tensor 0 has 9 dimensions")])
+                                          + struct.pack("<I", 9) + b"\0" * 16, r"not a readable GGUF file \(tensor 0 has 9 dimensions"),
+                                         (b"GGUF" + struct.pack("<IQQ", 1, 0, 0), r"not a readable GGUF file \(version 1;"),
+                                         # a string array counted past the file's end, and one of bad UTF-8
+                                         (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"a"
+                                          + struct.pack("<IIQ", 9, 8, 10**6) + b"\0" * 16,
+                                          r"not a readable GGUF file \(value 0 of 1000000 elements"),
+                                         (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"a"
+                                          + struct.pack("<IIQ", 9, 8, 1) + struct.pack("<Q", 2) + b"\xff\xfe" + b"\0" * 8,
+                                          r"value 0 element 0 is not UTF-8")])
 def test_bad_files_name_the_file(tmp_path, data, reason):
     p = tmp_path / "bad.gguf"
     p.write_bytes(data)
