@@ -125,7 +125,12 @@ def test_reader_reads_every_value_type_as_the_gguf_package(tmp_path, endian):
                                           r"not a readable GGUF file \(value 0 of 1000000 elements"),
                                          (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"a"
                                           + struct.pack("<IIQ", 9, 8, 1) + struct.pack("<Q", 2) + b"\xff\xfe" + b"\0" * 8,
-                                          r"value 0 element 0 is not UTF-8")])
+                                          r"value 0 element 0 is not UTF-8"),
+                                         # found by fuzzing: an empty tensor (a dimension 0) whose other
+                                         # dimension numpy cannot hold
+                                         (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", 1) + b"t"
+                                          + struct.pack("<IQQIQ", 2, 0, 2**62, 0, 0) + b"\0" * 32,
+                                          r"tensor 't' \(F32\) has shape \(4611686018427387904, 0\)")])
 def test_bad_files_name_the_file(tmp_path, data, reason):
     p = tmp_path / "bad.gguf"
     p.write_bytes(data)

@@ -223,11 +223,14 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: tensor {info.name!r} ({kind}, shape {shape}): its data "
                             f"({expect if expect is not None else '?'} bytes at offset {offset}) does not "
                             f"lie within the {size}-byte file")
-        if fmt is None:
-            data = np.frombuffer(self._mmap, f32, expect // 4, offset).reshape(shape)
-        else:  # uint8 rows of the file's blocks
-            data = np.frombuffer(self._mmap, np.uint8, expect, offset).reshape(
-                *shape[:-1], shape[-1] // BLOCK_WEIGHTS * fmt.block_nbytes)
+        try:
+            if fmt is None:
+                data = np.frombuffer(self._mmap, f32, expect // 4, offset).reshape(shape)
+            else:  # uint8 rows of the file's blocks
+                data = np.frombuffer(self._mmap, np.uint8, expect, offset).reshape(
+                    *shape[:-1], shape[-1] // BLOCK_WEIGHTS * fmt.block_nbytes)
+        except ValueError as exc:  # an empty tensor with a dimension numpy cannot hold
+            raise GGUFError(f"{self.path}: tensor {info.name!r} ({kind}) has shape {shape} ({exc})") from None
         return GGUFTensor(info.name, kind, shape, data, offset)
 
     def get(self, key: str, default: Any = None) -> Any:
