@@ -63,10 +63,10 @@ class _TensorInfo:
 
 def _parse(path: str, data: bytes | memoryview) -> tuple[dict[str, Any], list[_TensorInfo], int, str]:
     """The key/values (arrays as lists), tensor infos, the data section's offset and the byte
-    order ("<" or ">") of a GGUF file (versions 2 and 3), every count and length checked against the bytes
-    left before it is used: a bad file is a GGUFError naming it and the byte, never a loop over
-    a count it does not hold. (The ``gguf`` package's reader took 2.0 s over SmolLM2's header,
-    a numpy view per vocabulary entry; this, under 0.1 s.)"""
+    order ("<" or ">") of a GGUF file (versions 2 and 3), every count and length checked
+    against the bytes left before it is used: a bad file is a GGUFError naming it and the byte,
+    never a loop over a count it does not hold. (The ``gguf`` package's reader took 2.0 s over
+    SmolLM2's header, a numpy view per vocabulary entry; this, under 0.1 s.)"""
     size = len(data)
     pos = 0
 
