@@ -62,3 +62,33 @@ def test_repeated_save_and_load_keeps_the_file_size(device, compiler, tmp_path):
             axpby(device, x, x.copy(), 1.0, compiler=compiler, pipeline_cache=cache)
             sizes.append(cache.save(path))
     assert sizes[1] == sizes[2] and sizes[0] == sizes[1], sizes
+
+
+def _add_graph(device, compiler, **cfg):
+    from vkgraph import ops
+    from vkgraph.config import GraphConfig
+    from vkgraph.graph import ComputeGraph
+
+    g = ComputeGraph(GraphConfig().replace(**cfg), device=device, compiler=compiler)
+    a, b = g.add_input((4, 8), np.float32, "a"), g.add_input((4, 8), np.float32, "b")
+    g.set_output(ops.add(g, a, b), "out")
+    g.prepare()
+    return g
+
+
+def test_graphs_share_the_device_cache_unless_configured(device, compiler, tmp_path):
+    """With ``cache.pipeline_cache_path = ""`` every graph's pipelines go through the device's
+    VkPipelineCache (SwiftShader keeps compiled pipelines in it: a graph of the same kernels
+    compiles none), which outlives the graphs; a configured file gets a cache of its own, destroyed
+    with the graph."""
+    with _add_graph(device, compiler) as g1, _add_graph(device, compiler) as g2:
+        assert g1.kernels._cache() is g2.kernels._cache() is device.pipeline_cache
+        x = np.random.default_rng(2).standard_normal((2, 4, 8), dtype=np.float32)
+        g2.run_prepack()
+        np.testing.assert_array_equal(g2.execute({"a": x[0], "b": x[1]})["out"], x[0] + x[1])
+    assert device.pipeline_cache.alive
+    path = tmp_path / "own.bin"
+    with _add_graph(device, compiler, cache__pipeline_cache_path=str(path)) as g:
+        own = g.kernels._cache()
+        assert own is not device.pipeline_cache and own.alive
+    assert not own.alive and device.pipeline_cache.alive

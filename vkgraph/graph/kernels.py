@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..paths import user_cache_dir
 from ..runtime import (
     ComputePipeline,
     DescriptorSetLayout,
@@ -18,6 +17,7 @@ from ..runtime import (
     PipelineLayout,
     ShaderModule,
 )
+from ..runtime.pipeline import default_cache_path
 from ..shaders import SpirvCompiler
 
 
@@ -39,7 +39,8 @@ class Kernel:
 
 class KernelCache:
     """The pipelines one graph uses. ``pipeline_cache_path`` is ``cache.pipeline_cache_path``;
-    "" means one file per device and driver in the user cache directory."""
+    "" means the device's VkPipelineCache (``Device.pipeline_cache``), saved to one file per
+    device and driver in the user cache directory."""
 
     def __init__(self, device: Device, compiler: SpirvCompiler, pipeline_cache_path: str = ""):
         self.device = device
@@ -78,15 +79,14 @@ class KernelCache:
 
     def pipeline_cache_path(self) -> Path:
         """The configured file, else one file per device/driver in the cache directory."""
-        if self._path:
-            return Path(self._path)
-        p = self.device.physical
-        return user_cache_dir() / "pipelines" / f"{p.vendor_id:04x}-{p.device_id:04x}-{p.pipeline_cache_uuid.hex()}.bin"
+        return Path(self._path) if self._path else default_cache_path(self.device)
 
     def _cache(self) -> PipelineCache:
-        """The VkPipelineCache every pipeline goes through (loaded on first use)."""
+        """The VkPipelineCache every pipeline goes through: the device's (``Device.pipeline_cache``,
+        shared by its graphs), or one loaded from the configured file on first use."""
         if self._pipeline_cache is None:
-            self._pipeline_cache = PipelineCache.load(self.device, self.pipeline_cache_path())
+            self._pipeline_cache = (PipelineCache.load(self.device, self._path) if self._path
+                                    else self.device.pipeline_cache)
             self._pipeline_cache_data = self._pipeline_cache.data()
         return self._pipeline_cache
 
@@ -111,5 +111,6 @@ class KernelCache:
                     self.save()
                 except OSError:
                     pass
-            self._pipeline_cache.destroy()
+            if self._path:  # the device's own lives as long as the device
+                self._pipeline_cache.destroy()
             self._pipeline_cache = None

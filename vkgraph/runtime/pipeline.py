@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..paths import atomic_write
+from ..paths import atomic_write, user_cache_dir
 from ._vk import call, error_for, ffi, lib, pinned, vk
 from .descriptor import DescriptorSetLayout
 from .device import Device
@@ -119,6 +119,13 @@ class ComputePipeline(VkObject):
             )
         self.handle = handle = handles[0]
         self._own(device, lambda: vk.vkDestroyPipeline(dev, handle, None))
+
+
+def default_cache_path(device: Device) -> Path:
+    """The pipeline cache file of a device and driver in the user cache directory (config
+    ``cache.pipeline_cache_path = ""``)."""
+    p = device.physical
+    return user_cache_dir() / "pipelines" / f"{p.vendor_id:04x}-{p.device_id:04x}-{p.pipeline_cache_uuid.hex()}.bin"
 
 
 class PipelineCache(VkObject):
