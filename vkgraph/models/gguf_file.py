@@ -204,6 +204,9 @@ class GGUFFile:
             raise GGUFError(f"{path}: no such file") from None
         try:
             self.metadata, infos, start, order = _parse(self.path, memoryview(self._mmap) if self._mmap else b"")
+            #: written on a big-endian machine: the metadata reads, the tensors' bytes (their floats,
+            #: the blocks' scales) are not what the shaders and references take
+            self.big_endian = order == ">"
             self.tensors: dict[str, GGUFTensor] = {}
             for info in infos:
                 self.tensors[info.name] = self._tensor(info, start, size, np.dtype(order + "f4"))
@@ -249,12 +252,19 @@ class GGUFFile:
 
     def source(self, name: str) -> ArraySource:
         """A lazy source over the file mapping; its pages are dropped after release()."""
-        t = self.tensor(name)
+        t = self._little_endian(name)
         return ArraySource(t.data, mapping=self._mmap, offset=t.offset, path=self.path)
+
+    def _little_endian(self, name: str) -> GGUFTensor:
+        t = self.tensor(name)
+        if self.big_endian:
+            raise GGUFError(f"{self.path}: tensor {name!r}: the file is big-endian (written on a big-endian "
+                            f"machine); vkgraph reads the weights of little-endian GGUF files only")
+        return t
 
     def array(self, name: str) -> np.ndarray:
         """The tensor as float32 (dequantized), for references."""
-        t = self.tensor(name)
+        t = self._little_endian(name)
         if t.ggml_type == "F32":
             return np.array(t.data, np.float32).reshape(t.shape)
         from gguf import GGMLQuantizationType
