@@ -90,6 +90,7 @@ def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, ca
     assert r["prompt_tokens"] == 5 and r["new_tokens"] == 2 and r["device"] == device.name and r["repeat"] == 2
     assert r["int8_activations"] is False  # the default: float32 activations
     assert r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and r["time_to_first_token_s"] > 0
+    assert r["session_s"] > 0  # the session made before the first prompt: not in its time
     # the rate is the faster round's, the time to the first token the first round's: never faster
     assert r["prefill_tok_s"] >= 5 / r["time_to_first_token_s"]
     # every dispatch of a decode step is in the profile, under its op kind

@@ -83,7 +83,7 @@ def cmd_bench_decode(args: argparse.Namespace) -> int:
         print(json.dumps(asdict(r)))
         return 0
     print(f"{r.model} on {r.device}: {r.prompt_tokens}-token prompt, {r.new_tokens} new tokens, "
-          f"{r.dispatches_per_token} dispatches per token")
+          f"{r.dispatches_per_token} dispatches per token; the session made in {r.session_s:.3f} s")
     how = f"batches: {batch_counts(r.prefill_batches)}" if r.prefill_batches else "fed token by token"
     if r.int8_activations:
         how += ", int8 activations"

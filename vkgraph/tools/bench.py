@@ -238,6 +238,9 @@ class DecodeResult:
     prefill_profile: dict[str, tuple[float, int]] = field(default_factory=dict)
     #: whether the prompt's batches multiplied int8 activations (config graph.int8_activations)
     int8_activations: bool = False
+    #: the session made, before its first prompt: the file opened, the tokenizer, the graph
+    #: built, its pipelines made, the weights loaded and the command buffers recorded
+    session_s: float = 0.0
 
 
 def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: str | None = None, *,
@@ -261,7 +264,9 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
     if chunk < 0:
         raise ValueError(f"--prefill-chunk must be >= 0, got {chunk}")
     cfg = config_for("staged", config_path, model)
+    t = time.perf_counter()
     with LlamaSession(ref.path, cfg, profile=profile, prefill=chunk) as s:
+        session_s = time.perf_counter() - t
         if prompt_tokens + new_tokens > s.max_context:
             raise ValueError(f"{prompt_tokens} + {new_tokens} tokens exceed the {s.max_context}-token context")
         sample = s.tokenizer.encode(SAMPLE_PROMPT)
@@ -290,7 +295,7 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
         per_token = sum(1 for n in s.graph.execute_nodes if n.entry == "")
         return DecodeResult(model, s.report.device, prompt_tokens, new_tokens, batched, plan, repeat,
                             prompt_tokens / min(prompts), new_tokens / min(decodes), prompts[0], per_token, prof,
-                            prefill_prof, any(n.shader == "q8_pairs" for n in s.graph.execute_nodes))
+                            prefill_prof, any(n.shader == "q8_pairs" for n in s.graph.execute_nodes), session_s)
 
 
 @dataclass
