@@ -217,14 +217,35 @@ def populate_gbps(size_mb: int, huge_pages: bool = False) -> float:
     return count * BLOCK_NBYTES / seconds / 1e9
 
 
+def _prepared(g: ComputeGraph) -> ComputeGraph:
+    """``g`` with its pipelines made, its weights loaded and its command buffers recorded."""
+    g.prepare()
+    g.run_prepack()
+    g.encode_execute()
+    return g
+
+
+def _medians_in_turn(runs: list[tuple[ComputeGraph, dict[str, np.ndarray]]], rounds: int) -> list[float]:
+    """The median wall time of each (graph, inputs) run's execute over ``rounds`` rounds of all
+    the runs in turn (the host's drift hits each alike), after one execute of each (its
+    pipelines' first dispatches)."""
+    for g, inputs in runs:
+        g.execute(inputs)
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(rounds):
+        for (g, inputs), into in zip(runs, times):
+            t0 = time.perf_counter()
+            g.execute(inputs)
+            into.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
+
+
 def _execute_times(dev: Device, build, inputs: dict[str, np.ndarray], repeat: int) -> tuple[float, float]:
     """(median wall time of ``repeat`` executes after the first, how much longer the first took)
     of the graph ``build(g)`` makes: its pipelines' first dispatches."""
     with ComputeGraph(GraphConfig(), device=dev) as g:
         build(g)
-        g.prepare()
-        g.run_prepack()
-        g.encode_execute()
+        _prepared(g)
 
         def once() -> float:
             t0 = time.perf_counter()
@@ -318,22 +339,13 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
                 build, inputs = build_linears(*spec)
                 g = stack.enter_context(ComputeGraph(GraphConfig(), device=dev))
                 build(g)
-                g.prepare()
-                g.run_prepack()
-                g.encode_execute()
-                g.execute(inputs)  # its pipeline's first dispatch
-                runs.append((g, inputs, []))
-            for _ in range(rounds):
-                for g, inputs, times in runs:
-                    t0 = time.perf_counter()
-                    g.execute(inputs)
-                    times.append(time.perf_counter() - t0)
+                runs.append((_prepared(g), inputs))
             out = []
-            for g, _inputs, times in runs:
+            for (g, _inputs), seconds in zip(runs, _medians_in_turn(runs, rounds)):
                 nodes = [x for x in g.execute_nodes if x.weight_passes]
                 rows, nbytes, macs = (sum(c) for c in zip(*(linear_terms(g, x, threads, wave_share=0.0)
                                                             for x in nodes)))
-                out.append((statistics.median(times) - host_s, len(nodes), rows, nbytes, macs,
+                out.append((seconds - host_s, len(nodes), rows, nbytes, macs,
                             waves_factor(nodes[0], threads), any(x.weights == 2 for x in nodes)))
             return out
 
@@ -408,20 +420,11 @@ def _attention_key_s(dev: Device, repeat: int, threads: int, tokens: int = 32) -
                                                      f"{n}{i}")) for n in "kv")
             y = ops.sdpa(g, q, k, v, heads=heads, kv_heads=kv_heads, causal=True, step=step)
         g.set_output(y, "y")
-        g.prepare()
-        g.run_prepack()
-        g.encode_execute()
-        inputs = [{"q": rng.standard_normal((t, heads * dh), dtype=np.float32), "step": np.array([p, 0], np.uint32)}
-                  for p in (0, far)]
-        times: list[list[float]] = [[], []]
-        g.execute(inputs[0])
-        for _ in range(repeat):
-            for x, into in zip(inputs, times):
-                t0 = time.perf_counter()
-                g.execute(x)
-                into.append(time.perf_counter() - t0)
+        _prepared(g)
+        q = rng.standard_normal((t, heads * dh), dtype=np.float32)
+        near, at_far = _medians_in_turn([(g, {"q": q, "step": np.array([p, 0], np.uint32)}) for p in (0, far)],
+                                        repeat)
         node = g.execute_nodes[-1]
-        near, at_far = (statistics.median(x) for x in times)
     return max(at_far - near, 0.0) / (count * node.key_rows * t * far * waves_factor(node, threads))
 
 
