@@ -28,6 +28,7 @@ FORMATS: dict[str, BlockFormat] = {f.name: f for f in (
     BlockFormat("q8_0", "Q8_0", 8, 34, 2, 2),
 )}
 BY_GGML_TYPE: dict[str, BlockFormat] = {f.ggml_type: f for f in FORMATS.values()}
+BY_TYPE_ID: dict[int, BlockFormat] = {f.type_id: f for f in FORMATS.values()}
 
 #: the formats whose linears can multiply int8 activations (config graph.int8_activations): a
 #: 4-bit quant times an int8 stays within 16 bits over a block (glsl/q8_pairs.glsl)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import GGUFError, MissingTensorError
-from ..ggml import BLOCK_WEIGHTS, BY_GGML_TYPE
+from ..ggml import BLOCK_WEIGHTS, BY_GGML_TYPE, BY_TYPE_ID
 from ..graph.values import ArraySource
 
 #: GGML types vkgraph reads: F32 and the block formats of vkgraph/ggml.py.
@@ -215,7 +215,7 @@ class GGUFFile:
             raise
 
     def _tensor(self, info: _TensorInfo, start: int, size: int, f32: np.dtype) -> GGUFTensor:
-        fmt = next((f for f in BY_GGML_TYPE.values() if f.type_id == info.type_id), None)
+        fmt = BY_TYPE_ID.get(info.type_id)
         if info.type_id != _F32 and fmt is None:
             raise GGUFError(f"{self.path}: tensor {info.name!r} has type {_type_name(info.type_id)}; "
                             f"supported: {', '.join(SUPPORTED)}")
