@@ -127,9 +127,9 @@ def test_gated_linears_and_one_token_attention_have_rates_of_their_own():
 
 
 def test_decode_prediction_follows_the_session():
-    """Prefill in the session's padded batches (64, a remainder of at most 32 in a batch of 32;
-    token by token under PREFILL_MIN tokens), then a step per token; a shape-only spec needs no
-    weights."""
+    """Prefill as the session runs the prompt on the profile's renderer (llama.prefill_schedule:
+    batches of 64 and 32, the last padded, then tokens alone), then a step per token; a
+    shape-only spec needs no weights."""
     pred = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 120)
     assert pred.prefill_chunk == 64 and pred.step.dispatches == 16 * 6 + 2  # 16 layers, embedding, head
     # 120 tokens: two batches of 64, the second (reported) seeing 64 more keys per token than the first
@@ -141,7 +141,14 @@ def test_decode_prediction_follows_the_session():
     assert simulate_decode("llama-3.2-1b:q4_0", PROFILE, 90).prefill_batches == [64, 32]
     assert max(pred.step.by_kind, key=lambda k: pred.step.by_kind[k][0]) == "linear_quant"
     short = simulate_decode("llama-3.2-1b:q4_0", PROFILE, 3)  # steps at positions 0..2: fewer keys than decoding's
-    assert short.prefill_chunk == 0 and 0 < short.time_to_first_token_s - short.first_use_s[0] < 3 * short.step.seconds
+    assert short.prefill_chunk == 0 and short.prefill_batches == [1] * 3
+    assert 0 < short.time_to_first_token_s - short.first_use_s[0] < 3 * short.step.seconds
+    # SwiftShader: a batch of 32 and 5 steps at positions 32..36, each step priced as the decode's
+    ss = simulate_decode("llama-3.2-1b:q4_0", load_profile("swiftshader"), 37, 1)
+    assert ss.prefill_chunk == 32 and ss.prefill_batches == [32] + [1] * 5
+    alone = ss.time_to_first_token_s - ss.prefill.seconds - ss.first_use_s[0]
+    one = simulate_decode("llama-3.2-1b:q4_0", load_profile("swiftshader"), 34, 1).step  # 35 keys: the 5's mean
+    assert alone == pytest.approx(5 * one.seconds)
 
 
 def test_attention_is_priced_by_the_keys_its_queries_see():

@@ -68,8 +68,12 @@ def _print_profile(title: str, per: str, profile: dict[str, tuple[float, int]]) 
 
 
 def batch_counts(sizes: list[int]) -> str:
-    """``[64, 64, 32]`` as ``"2 of 64, 1 of 32"``."""
-    return ", ".join(f"{sizes.count(n)} of {n}" for n in dict.fromkeys(sizes))
+    """``[64, 64, 32, 1, 1]`` (a prefill plan, llama.prefill_schedule) as ``"2 of 64, 1 of 32, then
+    2 one-token steps"``."""
+    out = [f"{sizes.count(n)} of {n}" for n in dict.fromkeys(sizes) if n > 1]
+    if 1 in sizes:
+        out.append(("then " if out else "") + f"{sizes.count(1)} one-token steps")
+    return ", ".join(out)
 
 
 def cmd_bench_decode(args: argparse.Namespace) -> int:
@@ -84,7 +88,7 @@ def cmd_bench_decode(args: argparse.Namespace) -> int:
         return 0
     print(f"{r.model} on {r.device}: {r.prompt_tokens}-token prompt, {r.new_tokens} new tokens, "
           f"{r.dispatches_per_token} dispatches per token; the session made in {r.session_s:.3f} s")
-    how = f"batches: {batch_counts(r.prefill_batches)}" if r.prefill_batches else "fed token by token"
+    how = f"batches: {batch_counts(r.prefill_batches)}" if r.prefill_chunk else "fed token by token"
     if r.int8_activations:
         how += ", int8 activations"
     if r.repeat > 1:

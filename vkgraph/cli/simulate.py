@@ -131,14 +131,15 @@ def cmd_decode(args: argparse.Namespace) -> int:
                           "dispatches_per_token": pred.step.dispatches,
                           "first_use_s": {"prompt": pred.first_use_s[0], "decode": pred.first_use_s[1]}}))
         return 0
-    how = f"batches: {batch_counts(pred.prefill_batches)}" if pred.prefill_batches else "token by token"
+    how = f"batches: {batch_counts(pred.prefill_batches)}" if pred.prefill_chunk else "token by token"
     print(f"{pred.model} on {pred.profile}, {pred.prompt_tokens}-token prompt, {pred.new_tokens} new tokens, predicted: prefill "
           f"{pred.prefill_tok_s:.2f} tok/s ({how})  time to first token {pred.time_to_first_token_s:.3f} s  "
           f"decode {pred.decode_tok_s:.2f} tok/s  ({pred.prefill_tok_s / pred.decode_tok_s:.1f}x)")
     if any(pred.first_use_s):
         print(f"(a fresh process: its pipelines' first dispatches, {pred.first_use_s[0] * 1e3:.1f} ms in the prompt "
               f"and {pred.first_use_s[1] * 1e3:.1f} ms in the first decoded token, included)")
-    last = pred.prefill_batches[-1] if pred.prefill_batches else pred.prefill_chunk
+    batches = [n for n in pred.prefill_batches if n > 1]
+    last = batches[-1] if batches else pred.prefill_chunk
     for title, e in ((f"the last prefill batch ({last} tokens)", pred.prefill), ("one decoded token", pred.step)):
         print(f"\n{title}: {e.seconds * 1e3:.1f} ms, of which the host {e.seconds * 1e3 - sum(s for s, _ in e.by_kind.values()) * 1e3:.1f}\n")
         print("| op kind | ms | dispatches |")

