@@ -116,9 +116,14 @@ def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, ca
     assert times == sorted(times, reverse=True)  # top ops first
 
 
-def test_run_model_records_what_a_session_dispatches_and_validates(device, smollm2_path, capsys):
+def test_run_model_records_what_a_session_dispatches_and_validates(device, smollm2_path, capsys, monkeypatch):
     """The run model's graph is the session's: as many dispatches per decoded token; --validate
-    --decode puts it next to bench decode in a fresh process."""
+    --decode puts it next to bench decode in a fresh process, and with --rates-now next to a
+    prediction from [execute] rates measured again (here: lavapipe.toml's, in place of a
+    calibration's minute or two)."""
+    import dataclasses
+
+    from vkgraph.tools import calibrate
     from vkgraph.tools.simulate import load_profile
     from vkgraph.tools.simulate_run import simulate_decode
 
@@ -126,10 +131,17 @@ def test_run_model_records_what_a_session_dispatches_and_validates(device, smoll
     assert pred.step.dispatches == 30 * 6 + 2 and pred.prefill.by_kind["linear_quant"][1] == 121
     if shipped_profile(device.renderer) is None:
         pytest.skip(f"no profile is shipped for {device.renderer}: --validate needs one")
+    rates = load_profile("lavapipe").execute
+    monkeypatch.setattr(calibrate, "_execute_rates", lambda dev, repeat, nbytes: rates)
     assert cli.main(["simulate", "--validate", "--decode", "--repeat", "1", "--prompt-tokens", "5",
-                     "--new-tokens", "2", "--json"]) == 0
+                     "--new-tokens", "2", "--json", "--rates-now"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["device"] == device.name and r["model"] == "smollm2"
+    now = simulate_decode("smollm2", dataclasses.replace(load_profile(r["profile"]), execute=rates), 5, 2)
     for key in ("prefill_tok_s", "decode_tok_s", "time_to_first_token_s"):
         v = r[key]
         assert v["min"] <= v["measured"] <= v["max"] and v["error"] == pytest.approx(v["simulated"] / v["measured"] - 1)
+        assert v["simulated_now"] == pytest.approx(getattr(now, key))
+        assert v["error_now"] == pytest.approx(v["simulated_now"] / v["measured"] - 1)
+    assert cli.main(["simulate", "--rates-now"]) == 1
+    assert "--rates-now goes with --validate --decode" in capsys.readouterr().err

@@ -71,18 +71,21 @@ def cmd_validate_decode(args: argparse.Namespace) -> int:
     model = args.model or "smollm2"
     args.profile = _validate_profile(args)
     row = validate_decode(args.profile, model, args.repeat, args.prompt_tokens, args.new_tokens,
-                          None if args.json else terminal_progress("validate", "processes"))
+                          None if args.json else terminal_progress("validate", "processes"), args.rates_now)
     if args.json:
         print(json.dumps(row))
         return 0
     print(f"{model} on {row['device']}: simulated ({args.profile}) vs measured (vkgraph bench decode, "
           f"{args.prompt_tokens}-token prompt, {args.new_tokens} new tokens; {args.repeat} fresh processes):\n")
-    print("| | measured: median (min..max) | simulated | error |")
-    print("|---|---|---|---|")
+    now = " | simulated, rates measured now | error" if args.rates_now else ""
+    print(f"| | measured: median (min..max) | simulated | error{now} |")
+    print("|---|---|---|---|" + ("---|---|" if now else ""))
     for key, label in (("prefill_tok_s", "prefill tok/s"), ("decode_tok_s", "decode tok/s"),
                        ("time_to_first_token_s", "time to first token, s")):
         r = row[key]
-        print(f"| {label} | {r['measured']:.3f} ({r['min']:.3f}..{r['max']:.3f}) | {r['simulated']:.3f} | {r['error']:+.0%} |")
+        now = f" {r['simulated_now']:.3f} | {r['error_now']:+.0%} |" if args.rates_now else ""
+        print(f"| {label} | {r['measured']:.3f} ({r['min']:.3f}..{r['max']:.3f}) | {r['simulated']:.3f} | "
+              f"{r['error']:+.0%} |{now}")
     return 0
 
 
@@ -154,6 +157,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..paths import DEFAULT_CONFIG
     from ..tools.simulate import load_profile, model_nodes, simulate
 
+    if args.rates_now and not (args.validate and args.decode):
+        raise ValueError("--rates-now goes with --validate --decode")
     if args.calibrate:
         return cmd_calibrate(args)
     if args.validate:
@@ -226,6 +231,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "--decode, with measured prefill and decode (--model, default smollm2)")
     sim.add_argument("--models", help="with --validate: comma-separated (default synthetic:256,minilm,smollm2)")
     sim.add_argument("--repeat", type=int, default=1, help="with --validate: fresh processes per point")
+    sim.add_argument("--rates-now", action="store_true",
+                     help="with --validate --decode: also measure the profile's [execute] rates again on this device "
+                          "and simulate with them: the run model's error apart from the host's drift since the "
+                          "profile was calibrated")
     sim.add_argument("--loads", type=int, default=4,
                      help="with --validate: loads per process (> 2); the first load is compared with the "
                           "first-load simulation, the loads after the second with the settled one (the first two "

@@ -831,15 +831,25 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
 
 
 def validate_decode(profile_name: str, model: str = "smollm2", repeat: int = 3, prompt_tokens: int = 64,
-                    new_tokens: int = 32, progress=None) -> dict[str, Any]:
+                    new_tokens: int = 32, progress=None, rates_now: bool = False) -> dict[str, Any]:
     """Predicted (tools/simulate_run.py) vs measured prefill and decode speed: ``vkgraph bench
-    decode --json`` in ``repeat`` fresh processes (the device of ``$VKGRAPH_DEVICE``), medians."""
+    decode --json`` in ``repeat`` fresh processes (the device of ``$VKGRAPH_DEVICE``), medians.
+    With ``rates_now`` the profile's [execute] rates are also measured again first, in this
+    process (one calibration's: _execute_rates), and the same predicted with them
+    (``simulated_now``, ``error_now``): the run model's own error, apart from how far the host's
+    speed has moved since the profile was calibrated (a shared VM's, by a fifth or more)."""
     import json
 
     from .bench import python_in_subprocess
     from .simulate_run import simulate_decode
 
-    pred = simulate_decode(model, load_profile(profile_name), prompt_tokens, new_tokens)
+    profile = load_profile(profile_name)
+    pred = simulate_decode(model, profile, prompt_tokens, new_tokens)
+    now = None
+    if rates_now:
+        with Device() as dev:
+            rates = _execute_rates(dev, 7, 64 << 20)
+        now = simulate_decode(model, dataclasses.replace(profile, execute=rates), prompt_tokens, new_tokens)
     runs = []
     for r in range(repeat):
         out = python_in_subprocess(["-m", "vkgraph", "bench", "decode", "--model", model, "--prompt-tokens",
@@ -854,4 +864,7 @@ def validate_decode(profile_name: str, model: str = "smollm2", repeat: int = 3, 
         got = [x[key] for x in runs]
         row[key] = {"measured": statistics.median(got), "min": min(got), "max": max(got), "simulated": predicted,
                     "error": predicted / statistics.median(got) - 1}
+        if now is not None:
+            row[key]["simulated_now"] = getattr(now, key)
+            row[key]["error_now"] = getattr(now, key) / statistics.median(got) - 1
     return row
