@@ -9,7 +9,7 @@ from vkgraph.models.llama import (PREFILL_MIN, STEP_TOKENS, STEP_TOKENS_GPU, pre
 
 def test_sizes_are_the_prefill_and_its_half():
     assert prefill_sizes(64) == [64, 32] and prefill_sizes(8) == [8, 4]
-    assert prefill_sizes(PREFILL_MIN) == [PREFILL_MIN] and prefill_sizes(PREFILL_MIN - 1) == prefill_sizes(0) == []
+    assert prefill_sizes(PREFILL_MIN) == [PREFILL_MIN] and prefill_sizes(2) == [2] and prefill_sizes(0) == []
     assert [prefill_entry(n, [64, 32]) for n in (64, 32)] == ["prefill", "prefill32"]
 
 

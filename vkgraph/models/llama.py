@@ -38,8 +38,7 @@ DEFAULT_CONTEXT = 512
 #: costs: its ~240 dispatches and the output head), 128 tokens 395.9 against 450.8; batches of
 #: 128 no faster than 64 (396.3)
 DEFAULT_PREFILL = 64
-#: the smallest prefill entry point (prefill_sizes): fewer tokens than this are as cheap one at a
-#: time through the one-token entry
+#: the smallest entry point of half the prefill's size (prefill_sizes)
 PREFILL_MIN = 4
 #: what one token through the one-token entry point costs, in tokens of a prefill batch: a batch
 #: of n costs STEP_TOKENS - 1 + n (its fixed part: a step's less one token), the price
@@ -60,8 +59,10 @@ def step_tokens(renderer: str) -> int:
 
 def prefill_sizes(prefill: int) -> list[int]:
     """The batch sizes of the prefill entry points a graph built with ``prefill`` has, largest
-    first: ``prefill`` and, for a prompt's remainder, half of it (each PREFILL_MIN or more)."""
-    return [n for n in (prefill, prefill // 2) if n >= PREFILL_MIN]
+    first: ``prefill`` and, for a prompt's remainder, half of it (where that is PREFILL_MIN or more)."""
+    if prefill <= 0:
+        return []
+    return [prefill] + ([prefill // 2] if prefill // 2 >= PREFILL_MIN else [])
 
 
 def prefill_entry(size: int, sizes: list[int]) -> str:
