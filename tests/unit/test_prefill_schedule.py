@@ -58,3 +58,4 @@ def test_plans_as_bench_prints_them():
 
     assert batch_counts([64, 64, 32, 1, 1]) == "2 of 64, 1 of 32, then 2 one-token steps"
     assert batch_counts([64]) == "1 of 64" and batch_counts([1, 1, 1]) == "3 one-token steps"
+    assert batch_counts([32, 1]) == "1 of 32, then 1 one-token step"

@@ -72,7 +72,8 @@ def batch_counts(sizes: list[int]) -> str:
     2 one-token steps"``."""
     out = [f"{sizes.count(n)} of {n}" for n in dict.fromkeys(sizes) if n > 1]
     if 1 in sizes:
-        out.append(("then " if out else "") + f"{sizes.count(1)} one-token steps")
+        steps = sizes.count(1)
+        out.append(("then " if out else "") + f"{steps} one-token step{'s' if steps > 1 else ''}")
     return ", ".join(out)
 
 
