@@ -611,7 +611,11 @@ def calibrate_rounds(device: Device, rounds: int) -> tuple[Profile, dict[str, An
     return profile, {"rounds": [raw for _, raw in results]}
 
 
-def calibrate(device: Device, *, size_mb: int = 32, repeat: int = 7) -> tuple[Profile, dict[str, Any]]:
+#: a calibration's weights (MiB) and repeats per measurement (calibrate's defaults)
+SIZE_MB, REPEAT = 32, 7
+
+
+def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -> tuple[Profile, dict[str, Any]]:
     """Micro-benchmarks on ``device``; returns the profile and the raw measurements.
 
     Packing is measured the way a load packs: several tensors per command buffer, after a
@@ -848,7 +852,7 @@ def validate_decode(profile_name: str, model: str = "smollm2", repeat: int = 3, 
     now = None
     if rates_now:
         with Device() as dev:
-            rates = _execute_rates(dev, 7, 64 << 20)
+            rates = _execute_rates(dev, REPEAT, 2 * (SIZE_MB << 20))  # as calibrate measures them
         now = simulate_decode(model, dataclasses.replace(profile, execute=rates), prompt_tokens, new_tokens)
     runs = []
     for r in range(repeat):
