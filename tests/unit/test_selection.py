@@ -91,9 +91,9 @@ def test_is_icd_path():
 
 
 def test_lavapipe_runs_512_bits_wide_on_avx512_hosts_unless_the_user_says(monkeypatch, tmp_path):
-    """On an AVX-512 host vkgraph sets LP_NATIVE_VECTOR_WIDTH=512 and gives those shaders a Mesa
-    cache of their own (its directory made, parents too); a width, cache directory or disabled
-    cache the user set stays as set, and a host without AVX-512 is left alone."""
+    """On a host with full-width AVX-512 vkgraph sets LP_NATIVE_VECTOR_WIDTH=512 and gives those
+    shaders a Mesa cache of their own (its directory made, parents too); a width, cache directory
+    or disabled cache the user set stays as set, and a host without it is left alone."""
     from vkgraph.runtime import instance
 
     keys = ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DIR", "MESA_GLSL_CACHE_DIR", "MESA_SHADER_CACHE_DISABLE")
@@ -101,7 +101,7 @@ def test_lavapipe_runs_512_bits_wide_on_avx512_hosts_unless_the_user_says(monkey
         monkeypatch.delenv(k, raising=False)
     cache = tmp_path / "home" / ".cache" / "vkgraph"  # none of it there yet: a fresh machine
     monkeypatch.setenv("VKGRAPH_CACHE_DIR", str(cache))
-    monkeypatch.setattr(instance, "_host_has_avx512", lambda: True)
+    monkeypatch.setattr(instance, "_wide_avx512", lambda: True)
     instance.configure_lavapipe()
     assert instance.os.environ["LP_NATIVE_VECTOR_WIDTH"] == "512"
     assert instance.os.environ["MESA_SHADER_CACHE_DIR"] == str(cache / "mesa-lavapipe-512")
@@ -120,6 +120,26 @@ def test_lavapipe_runs_512_bits_wide_on_avx512_hosts_unless_the_user_says(monkey
 
     for k in keys:
         monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr(instance, "_host_has_avx512", lambda: False)
+    monkeypatch.setattr(instance, "_wide_avx512", lambda: False)
     instance.configure_lavapipe()
     assert not any(k in instance.os.environ for k in keys)
+
+
+@pytest.mark.parametrize("vendor, family, flags, wide", [
+    ("AuthenticAMD", 26, "fma avx2 avx512f avx512bw", True),  # Zen 5: 512-bit units
+    ("GenuineIntel", 6, "fma avx2 avx512f avx512bw", True),
+    ("AuthenticAMD", 25, "fma avx2 avx512f avx512bw", False),  # Zen 4: AVX-512 in 256-bit halves
+    ("AuthenticAMD", 25, "fma avx2", False),  # Zen 3
+    ("GenuineIntel", 6, "fma avx2 avx512_vnni", False),  # no avx512f
+])
+def test_wide_avx512_reads_the_processor(tmp_path, vendor, family, flags, wide):
+    """lavapipe goes to 512 bits only where the processor runs AVX-512 at full width
+    (instance.HALF_WIDTH_AVX512: Zen 4 decoded and packed faster at 256); the first processor's
+    lines count, and a missing /proc/cpuinfo means no."""
+    from vkgraph.runtime import instance
+
+    cpu = f"vendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: 17\nflags\t\t: fpu {flags}\n"
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\n{cpu}\nprocessor\t: 1\nvendor_id\t: Other\nflags\t\t: avx512f\n")
+    assert instance._wide_avx512(str(path)) is wide
+    assert not instance._wide_avx512(str(tmp_path / "none"))

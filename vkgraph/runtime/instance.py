@@ -166,28 +166,41 @@ def _loader_icds(icd_json: str | None) -> Iterator[list[str]]:
                 os.environ[k] = v
 
 
-#: lavapipe's vector width where the host has AVX-512 and the user set none (Mesa reads
-#: LP_NATIVE_VECTOR_WIDTH once, when the process first enumerates a lavapipe device; Mesa 22.3
-#: defaults to 256 bits): on this project's VM (AMD EPYC, family 26, 2 cores) a kernel of nothing
-#: but multiply-adds ran 57 -> 108 G/s and SmolLM2's 64-token prefill 185-201 -> 147-151 ms, logits
-#: identical (README, "Decode speed"). Its shaders then go to a Mesa shader cache of
-#: their own (MESA_SHADER_CACHE_DIR, unless the user set one): Mesa 22.3 served 256-bit entries of
-#: the default cache to a 512-bit process, which ran at the old speed.
+#: lavapipe's vector width where the host's AVX-512 units are 512 bits wide and the user set
+#: none (Mesa reads LP_NATIVE_VECTOR_WIDTH once, when the process first enumerates a lavapipe
+#: device; Mesa 22.3 defaults to 256 bits): on this project's VM (AMD EPYC, family 26, 2 cores) a
+#: kernel of nothing but multiply-adds ran 57 -> 108 G/s and SmolLM2's 64-token prefill 185-201 ->
+#: 147-151 ms, logits identical (README, "Decode speed"). Its shaders then go to a Mesa shader
+#: cache of their own (MESA_SHADER_CACHE_DIR, unless the user set one): Mesa 22.3 served 256-bit
+#: entries of the default cache to a 512-bit process, which ran at the old speed.
 LAVAPIPE_VECTOR_BITS = 512
+#: processors ("vendor family") whose AVX-512 runs in two 256-bit halves, where lavapipe keeps
+#: Mesa's 256 bits: on a Zen 4 (AMD family 25 model 17, 2 cores) 512 bits took the prompt no
+#: faster and decoded and packed slower (six pairs of fresh `bench decode` processes: prefill 312
+#: against 309 tok/s, decode 36.6 against 41.2; synthetic:256's packing 0.175 against 0.131 s)
+HALF_WIDTH_AVX512 = {("AuthenticAMD", "25")}
 
 
-def _host_has_avx512() -> bool:
+def _wide_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this host has AVX-512 at full width (not on HALF_WIDTH_AVX512's processors)."""
+    fields: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx512f" in line for line in f)
+        with open(cpuinfo) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() not in fields:
+                    fields[key.strip()] = value.strip()
     except OSError:
         return False
+    return ("avx512f" in fields.get("flags", "").split()
+            and (fields.get("vendor_id"), fields.get("cpu family")) not in HALF_WIDTH_AVX512)
 
 
 def configure_lavapipe() -> None:
-    """Set lavapipe's vector width (LAVAPIPE_VECTOR_BITS) and its shader cache directory in this
-    process's environment, before the first instance is created; a value the user set stays."""
-    if "LP_NATIVE_VECTOR_WIDTH" in os.environ or not _host_has_avx512():
+    """Set lavapipe's vector width (LAVAPIPE_VECTOR_BITS, on hosts with full-width AVX-512) and its
+    shader cache directory in this process's environment, before the first instance is created;
+    a value the user set stays."""
+    if "LP_NATIVE_VECTOR_WIDTH" in os.environ or not _wide_avx512():
         return
     os.environ["LP_NATIVE_VECTOR_WIDTH"] = str(LAVAPIPE_VECTOR_BITS)
     if not any(k in os.environ for k in ("MESA_SHADER_CACHE_DIR", "MESA_GLSL_CACHE_DIR", "MESA_SHADER_CACHE_DISABLE")):
