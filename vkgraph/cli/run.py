@@ -127,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="the main job: load a model with staged prepack, run it, check it")
     run.add_argument("--model", default="synthetic:256",
-                     help=f"{KNOWN_MODELS}, or an ExecuTorch program FILE.pte (default synthetic:256)")
+                     help=f"{KNOWN_MODELS} (default synthetic:256)")
     run.add_argument("--text", action="append", help="a sentence to embed (minilm; repeat for several)")
     run.add_argument("--prompt", help="the prompt (smollm2)")
     run.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template (smollm2)")
