@@ -92,8 +92,9 @@ def test_is_icd_path():
 
 def test_lavapipe_runs_512_bits_wide_on_avx512_hosts_unless_the_user_says(monkeypatch, tmp_path):
     """On a host with full-width AVX-512 vkgraph sets LP_NATIVE_VECTOR_WIDTH=512 and gives those
-    shaders a Mesa cache of their own (its directory made, parents too); a width, cache directory
-    or disabled cache the user set stays as set, and a host without it is left alone."""
+    shaders a Mesa cache of their own (its directory made, parents too), as it does a width other
+    than Mesa's 256 that the user set; a width, cache directory or disabled cache the user set
+    stays as set, and a host without such AVX-512 is otherwise left alone."""
     from vkgraph.runtime import instance
 
     keys = ("LP_NATIVE_VECTOR_WIDTH", "MESA_SHADER_CACHE_DIR", "MESA_GLSL_CACHE_DIR", "MESA_SHADER_CACHE_DISABLE")
@@ -123,6 +124,15 @@ def test_lavapipe_runs_512_bits_wide_on_avx512_hosts_unless_the_user_says(monkey
     monkeypatch.setattr(instance, "_wide_avx512", lambda: False)
     instance.configure_lavapipe()
     assert not any(k in instance.os.environ for k in keys)
+
+    # a width the user asks for: its own cache too, unless it is Mesa's default
+    monkeypatch.setenv("LP_NATIVE_VECTOR_WIDTH", "512")
+    instance.configure_lavapipe()
+    assert instance.os.environ["MESA_SHADER_CACHE_DIR"] == str(cache / "mesa-lavapipe-512")
+    monkeypatch.delenv("MESA_SHADER_CACHE_DIR")
+    monkeypatch.setenv("LP_NATIVE_VECTOR_WIDTH", "256")
+    instance.configure_lavapipe()
+    assert "MESA_SHADER_CACHE_DIR" not in instance.os.environ
 
 
 @pytest.mark.parametrize("vendor, family, flags, wide", [

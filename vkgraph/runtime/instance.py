@@ -174,6 +174,9 @@ def _loader_icds(icd_json: str | None) -> Iterator[list[str]]:
 #: cache of their own (MESA_SHADER_CACHE_DIR, unless the user set one): Mesa 22.3 served 256-bit
 #: entries of the default cache to a 512-bit process, which ran at the old speed.
 LAVAPIPE_VECTOR_BITS = 512
+#: Mesa 22.3's width where LP_NATIVE_VECTOR_WIDTH is unset (on AVX2 and AVX-512 hosts alike),
+#: whose shaders stay in Mesa's default cache; any other, vkgraph's or the user's, gets one of its own
+MESA_VECTOR_BITS = 256
 #: processors ("vendor family") whose AVX-512 runs in two 256-bit halves, where lavapipe keeps
 #: Mesa's 256 bits: on a Zen 4 (AMD family 25 model 17, 2 cores) 512 bits took the prompt no
 #: faster and decoded and packed slower (six pairs of fresh `bench decode` processes: prefill 312
@@ -197,14 +200,17 @@ def _wide_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
 
 
 def configure_lavapipe() -> None:
-    """Set lavapipe's vector width (LAVAPIPE_VECTOR_BITS, on hosts with full-width AVX-512) and its
-    shader cache directory in this process's environment, before the first instance is created;
-    a value the user set stays."""
-    if "LP_NATIVE_VECTOR_WIDTH" in os.environ or not _wide_avx512():
+    """Set lavapipe's vector width (LAVAPIPE_VECTOR_BITS, on hosts with full-width AVX-512) in this
+    process's environment, before the first instance is created, and give a width other than
+    Mesa's default (vkgraph's or the user's) a shader cache directory of its own; a width or cache
+    the user set stays as set."""
+    if "LP_NATIVE_VECTOR_WIDTH" not in os.environ and _wide_avx512():
+        os.environ["LP_NATIVE_VECTOR_WIDTH"] = str(LAVAPIPE_VECTOR_BITS)
+    width = os.environ.get("LP_NATIVE_VECTOR_WIDTH", "").strip()
+    if not width.isdigit() or int(width) == MESA_VECTOR_BITS:
         return
-    os.environ["LP_NATIVE_VECTOR_WIDTH"] = str(LAVAPIPE_VECTOR_BITS)
     if not any(k in os.environ for k in ("MESA_SHADER_CACHE_DIR", "MESA_GLSL_CACHE_DIR", "MESA_SHADER_CACHE_DISABLE")):
-        cache = user_cache_dir() / f"mesa-lavapipe-{LAVAPIPE_VECTOR_BITS}"
+        cache = user_cache_dir() / f"mesa-lavapipe-{int(width)}"
         # Mesa 22.3 makes the last directory of the path alone: on a fresh machine (no ~/.cache
         # yet) it printed "Failed to create ... for shader cache" and compiled every shader again
         try:
