@@ -180,7 +180,7 @@ MESA_VECTOR_BITS = 256
 #: processors ("vendor family") whose AVX-512 runs in two 256-bit halves, where lavapipe keeps
 #: Mesa's 256 bits: on a Zen 4 (AMD family 25 model 17, 2 cores) 512 bits took the prompt no
 #: faster and decoded and packed slower (six pairs of fresh `bench decode` processes: prefill 312
-#: against 309 tok/s, decode 36.6 against 41.2; synthetic:256's packing 0.175 against 0.131 s)
+#: against 308 tok/s, decode 36.6 against 41.2; synthetic:256's packing 0.175 against 0.131 s)
 HALF_WIDTH_AVX512 = {("AuthenticAMD", "25")}
 
 
