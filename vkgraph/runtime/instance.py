@@ -184,17 +184,25 @@ MESA_VECTOR_BITS = 256
 HALF_WIDTH_AVX512 = {("AuthenticAMD", "25")}
 
 
-def _wide_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether this host has AVX-512 at full width (not on HALF_WIDTH_AVX512's processors)."""
+def cpu_fields(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
+    """The fields of ``cpuinfo``'s first processor ("vendor_id", "cpu family", "flags"...); empty
+    where the file cannot be read."""
     fields: dict[str, str] = {}
     try:
         with open(cpuinfo) as f:
             for line in f:
-                key, sep, value = line.partition(":")
-                if sep and key.strip() not in fields:
-                    fields[key.strip()] = value.strip()
+                if not line.strip():
+                    break  # the first processor's block ends
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
-        return False
+        pass
+    return fields
+
+
+def _wide_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this host has AVX-512 at full width (not on HALF_WIDTH_AVX512's processors)."""
+    fields = cpu_fields(cpuinfo)
     return ("avx512f" in fields.get("flags", "").split()
             and (fields.get("vendor_id"), fields.get("cpu family")) not in HALF_WIDTH_AVX512)
 

@@ -47,6 +47,7 @@ from ..graph.packers import get_packer, packs_on_host
 from ..graph.scheduler import align_up, plan_prepack, run_prepack_mode
 from ..models.registry import open_model
 from ..paths import PROFILE_DIR
+from ..runtime.instance import cpu_fields
 from .simulate_run import ExecuteRates, parse_execute
 
 GB = 1e9
@@ -173,16 +174,7 @@ def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
     """This machine's processor as a CPU renderer's profile records it (``[device] host_cpu``):
     vendor, family and model of ``cpuinfo``'s first processor ("AuthenticAMD family 25 model
     17"); "" where that cannot be read."""
-    fields = {}
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                if not line.strip():
-                    break  # the first processor's block ends
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        return ""
+    fields = cpu_fields(cpuinfo)
     if not all(k in fields for k in ("vendor_id", "cpu family", "model")):
         return ""
     return f"{fields['vendor_id']} family {fields['cpu family']} model {fields['model']}"
