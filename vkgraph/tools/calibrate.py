@@ -175,6 +175,24 @@ def _host_pack_gbps(dev: Device, packer: str, arrays: list[np.ndarray], repeat: 
     return sum(a.nbytes for a in arrays) / _median(once, repeat) / 1e9
 
 
+def host_pack_gbps(packer: str, size_mb: int, repeat: int) -> float:
+    """:func:`_host_pack_gbps` of ``packer`` on the device of ``$VKGRAPH_DEVICE``: ``size_mb``
+    MiB of :func:`_big_weights` in pieces of half a MiB (SmolLM2's weights' size), as GGML blocks
+    for the ``<format>_planes`` packers. Run in fresh processes (:func:`_in_fresh_processes`): in
+    a calibration's own process the rates rose with the measurements before them (SwiftShader,
+    q8_0 planes: 3.2 GB/s first in a process, 3.6 after the calibration's first steps, 5.7 as the
+    median of a three-round calibration; the Zen 4 lavapipe profile had 5.2 from one) where fresh
+    processes measured 3.1-3.3 on both renderers, the speed SmolLM2's loads ran at (their first
+    loads on lavapipe priced 9-12% fast)."""
+    pieces = [piece for a in _big_weights(size_mb) for piece in np.array_split(a, max(1, a.shape[0] // 32))]
+    fmt = FORMATS.get(packer.removesuffix("_planes")) if packer.endswith("_planes") else None
+    if fmt is not None:
+        pieces = [a.reshape(-1).view(np.uint8)[:a.nbytes // fmt.block_nbytes * fmt.block_nbytes]
+                  .reshape(-1, fmt.block_nbytes) for a in pieces]
+    with Device() as dev:
+        return _host_pack_gbps(dev, packer, pieces, repeat)
+
+
 def fresh_copy_gbps(into: str, size_mb: int) -> float:
     """:func:`_copy_gbps` into ``"fresh"`` memory or a new ``"block"``, ``size_mb`` MiB, on the
     device of ``$VKGRAPH_DEVICE``. Run in fresh processes (:func:`_in_fresh_processes`): after one
@@ -645,15 +663,11 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
     dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
     big = _big_weights(size_mb)
     pack = {"linear_4x4": _in_fresh_processes(f"pack_gbps('linear_4x4', {size_mb}, {repeat}, {dispatch_s!r})")}
-    pieces = [piece for a in big for piece in np.array_split(a, max(1, a.shape[0] // 32))]  # [32, 4096]: 0.5 MiB
-    host = {name: _host_pack_gbps(device, name, pieces, repeat) for name in ("linear_4x4", "transposed")}
     # GGML blocks split into planes, timed as the other host forms: SmolLM2's first loads on
     # lavapipe (66 MB of q4_1 in planes) took 0.056-0.059 s, priced at 0.048 when this was the
     # later loads' copy rate times the split's speed against a copy (2.96 GB/s)
-    for fmt, f in FORMATS.items():
-        blocks = [a.reshape(-1).view(np.uint8)[:a.nbytes // f.block_nbytes * f.block_nbytes]
-                  .reshape(-1, f.block_nbytes) for a in pieces]
-        host[f"{fmt}_planes"] = _host_pack_gbps(device, f"{fmt}_planes", blocks, repeat)
+    host = {name: _in_fresh_processes(f"host_pack_gbps({name!r}, {size_mb}, {repeat})")
+            for name in ("linear_4x4", "transposed", *(f"{fmt}_planes" for fmt in FORMATS))}
     pack["default"] = pack["linear_4x4"]
     # staged loads on CPU renderers populate what the shaders write (scheduler.PrepackPlan.populates_destinations)
     populated = {"linear_4x4": _in_fresh_processes(f"pack_gbps('linear_4x4', {size_mb}, {repeat}, {dispatch_s!r}, "
