@@ -28,6 +28,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from vkgraph.tools.bench import python_in_subprocess  # noqa: E402
+
 PROMPT, NEW = 64, 32
 ROUNDS = 2  # of prompt and decoding in a process: the rates are the faster round's (bench decode --repeat)
 LOAD_MODEL = "synthetic:512"
@@ -60,12 +64,9 @@ with LlamaSession(resolve("smollm2").path) as s:
 
 
 def run_json(tree: Path, args: list[str]) -> dict:
-    """``python args`` in a fresh process with ``tree`` first on the path; its last JSON line."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    proc = subprocess.run([sys.executable, *args], cwd=tree, env=env, capture_output=True, text=True, check=False)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(args)} in {tree} failed: {proc.stderr.strip()[-2000:]}")
-    return json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    """``python args`` in a fresh process in ``tree`` (python_in_subprocess); its last JSON line."""
+    out = python_in_subprocess(args, tree)
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
 def decode(tree: Path) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import subprocess
 import sys
 import time
@@ -191,12 +192,14 @@ def copy_floor(model: str) -> dict[str, Any]:
     return {"model": m.ref.name, "mode": FLOOR, "total_constant_nbytes": sum(r.nbytes for r in refs), "load_s": seconds}
 
 
-def python_in_subprocess(args: list[str]) -> str:
+def python_in_subprocess(args: list[str], tree: Path | None = None) -> str:
     """Run ``python args...`` (this interpreter) in a fresh process and return its stdout;
     RuntimeError with the child's stderr when it fails, or when the validation layer
-    (``VKGRAPH_VALIDATION=1``, inherited) or the loader reported a warning or an error in it."""
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=False)
-    what = " ".join(args)
+    (``VKGRAPH_VALIDATION=1``, inherited) or the loader reported a warning or an error in it.
+    ``tree``: a vkgraph source tree the child runs in and imports from (another version's)."""
+    env = None if tree is None else dict(os.environ, PYTHONPATH=str(tree))
+    proc = subprocess.run([sys.executable, *args], cwd=tree, env=env, capture_output=True, text=True, check=False)
+    what = " ".join(args) + (f" in {tree}" if tree is not None else "")
     if proc.returncode:
         raise RuntimeError(f"{what} failed: {proc.stderr.strip()[-2000:]}")
     reported = reported_messages(proc.stderr)
