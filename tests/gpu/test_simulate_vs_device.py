@@ -66,7 +66,7 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
               profile.dispatch_s, *profile.pack_gbps.values()]
     assert all(math.isfinite(v) and v > 0 for v in values), raw
     assert math.isfinite(profile.source_read_gbps) and profile.source_read_gbps >= 0  # 0: no measurable cost
-    assert profile.submit_s >= 0 and profile.fence_latency_s >= 0
+    assert profile.submit_s > 0 and profile.fence_latency_s >= 0  # a command buffer's memory, recording, submit
     assert profile.encode_node_s < 0.1 and profile.copy_gbps < 1000  # seconds per node, GB/s: plausible magnitudes
     assert 0 < profile.cpu_rate <= 1 and 0 < profile.gpu_rate <= 1, raw
     assert math.isfinite(profile.fresh_device_gbps) and profile.fresh_device_gbps >= 0  # 0: first loads pay nothing

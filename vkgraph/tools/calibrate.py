@@ -475,6 +475,36 @@ def _round_trip(dev: Device) -> tuple[float, float]:
     return s, max(statistics.median(trips) - s, 0.0)
 
 
+def batch_cpu_s(repeat: int, weights: int = 96) -> float:
+    """What each command buffer of a load costs the CPU besides its nodes (the profile's
+    ``submit_us``): its memory block, command buffer, timestamps, barrier, fence and submit.
+    ``weights`` small weights loaded in reduce-peak mode (each batch waited for, so nothing
+    overlaps) in one batch and in batches of two, on the device of ``$VKGRAPH_DEVICE``: the
+    difference in CPU encode time over the difference in batches, the median over ``2 * repeat``
+    pairs of loads. An empty command buffer's submit, which the profiles had before, is 27-29 us
+    on both CPU renderers; this was 210-360 us (Zen 4 host, 2026-11-29), and synthetic:256 in
+    reduce-peak loads of 73 batches against 4 took 26-27 ms more CPU on both, priced the same.
+    Run in fresh processes (:func:`_in_fresh_processes`), as the loads it prices are."""
+    arrays = [np.random.default_rng(i).standard_normal((64, 64), dtype=np.float32) for i in range(weights)]
+
+    def once(dev: Device, nodes: int) -> tuple[float, int]:
+        base = GraphConfig()
+        cfg = dataclasses.replace(base, prepack=dataclasses.replace(
+            base.prepack, reduce_peak_memory=True, threshold_nodes=nodes, initial_threshold_nodes=nodes))
+        with ComputeGraph(cfg, device=dev) as g:
+            for i, a in enumerate(arrays):
+                g.prepack_tensor(g.add_tensorref(a, f"w{i}"), "linear_4x4")
+            g.prepare()
+            r = g.run_prepack()
+            return r.cpu_encode_s, len(r.spans)
+
+    with Device() as dev:
+        once(dev, 1)
+        once(dev, weights)
+        pairs = [(once(dev, weights), once(dev, 1)) for _ in range(2 * repeat)]
+    return max(statistics.median((many - few) / (n_many - n_few) for (few, n_few), (many, n_many) in pairs), 0.0)
+
+
 def _encoded(dev: Device, packer: str, arrays: list[np.ndarray],
              populated: bool = False) -> tuple[ComputeGraph, int, float]:
     """A graph packing ``arrays`` in one legacy command buffer, encoded and not submitted: (graph,
@@ -654,7 +684,8 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
     copy = _copy_gbps(device, nbytes, "held")
     fresh = _in_fresh_processes(f"fresh_copy_gbps('fresh', {size_mb})")
     source_read = _source_read_gbps(nbytes)
-    submit_s, fence_s = _round_trip(device)
+    _, fence_s = _round_trip(device)
+    submit_s = _in_fresh_processes(f"batch_cpu_s({repeat})")
     tiny = [np.ones((4, 4), np.float32) for _ in range(200)]
     enc, gpu_tiny, _ = min((_pack(device, "linear_4x4", tiny) for _ in range(repeat)), key=lambda t: t[0])
     encode_node_s = max(enc / len(tiny), 1e-6)
@@ -726,7 +757,7 @@ copy_gbps = {p.copy_gbps:.4g}          # into already-touched memory
 fresh_copy_gbps = {p.fresh_copy_gbps:.4g}    # into freshly allocated pages
 source_read_gbps = {p.source_read_gbps:.4g}   # first read of weights through a file mapping
 encode_node_us = {p.encode_node_s * 1e6:.4g}{_direct_toml(p)}
-submit_us = {p.submit_s * 1e6:.4g}
+submit_us = {p.submit_s * 1e6:.4g}   # each command buffer: its memory block, recording, fence, submit
 
 [cpu.host_pack_gbps]  # the CPU packing into device memory: host forms (prepack.host_packing = "cpu-renderer"), GGML blocks in planes
 {host}

@@ -79,6 +79,8 @@ class Profile:
     copy_gbps: float  # CPU copy into already-touched memory
     fresh_copy_gbps: float  # CPU copy into freshly allocated pages (first touch)
     encode_node_s: float  # CPU cost per prepack node besides copying (binding, recording)
+    #: CPU cost per command buffer besides its nodes: its memory block, recording, timestamps,
+    #: fence and submit (calibrate.batch_cpu_s)
     submit_s: float
     fence_latency_s: float
     dispatch_s: float  # GPU cost per packing dispatch besides its bytes
