@@ -283,6 +283,27 @@ def test_direct_writes_cost_their_own_per_node_encode():
         float(text.split("encode_direct_us = ")[1].split()[0]) * 1e-6)
 
 
+
+def test_each_packing_window_and_each_command_buffer_costs_the_cpu():
+    """A weight packed in row windows (a device whose texel buffers hold less than it:
+    PrepackNode.windows) records a dispatch per window, each with its descriptor set and texel
+    view: ``encode_node_us`` per window. Each command buffer costs ``submit_us`` besides its
+    nodes, so a reduce-peak load of the same weights in more command buffers costs the CPU more."""
+    # staging's first touch as fast as a copy: fewer bytes in a batch touch less of it
+    prof = dataclasses.replace(PROFILE, source_read_gbps=0.0, cpu_rate=1.0, gpu_rate=1.0,
+                               fresh_copy_gbps=PROFILE.copy_gbps, direct_copy_gbps=PROFILE.copy_gbps)
+    one, three = (simulate([SimNode("w", "linear_4x4", 4096, 4096, dispatches=d)], GraphConfig(), prof, "legacy")
+                  for d in (1, 3))
+    assert three.cpu_encode_s - one.cpu_encode_s == pytest.approx(2 * prof.encode_node_s, rel=1e-6)
+    assert three.packing_dispatches == 3
+    nodes = nodes_of([4096] * 12)
+    cfg = GraphConfig().replace(prepack__reduce_peak_memory=True)
+    few, many = (simulate(nodes, cfg.replace(prepack__threshold_nodes=n, prepack__initial_threshold_nodes=n), prof,
+                          "reduce-peak") for n in (12, 1))
+    assert (few.submits, many.submits) == (1, 6)
+    assert many.cpu_encode_s - few.cpu_encode_s == pytest.approx(5 * prof.submit_s, rel=1e-6)
+    assert many.load_s - few.load_s == pytest.approx(5 * (prof.submit_s + prof.fence_latency_s), rel=1e-6)
+
 def test_first_load_adds_the_first_touch_of_device_memory():
     """A fresh process's first load: each node also pays its packed bytes at
     ``fresh_device_gbps`` (0: free, the settled load), on the GPU for a node it packs, on the CPU

@@ -3,6 +3,7 @@ compare the simulator with measured loads (``vkgraph simulate --validate``)."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import datetime
@@ -21,7 +22,7 @@ from ..graph.packers import get_packer
 from ..graph.scheduler import HUGE_PAGES_UP_TO_NBYTES
 from ..graph.values import ArraySource, TensorRef
 from ..paths import user_cache_dir
-from ..runtime import Buffer, CommandPool, Device, Fence, MemoryKind, allocate_block
+from ..runtime import Buffer, Device, MemoryKind, allocate_block
 from .simulate import Profile, host_cpu, load_profile, model_nodes, simulate
 from .simulate_run import ExecuteRates, linear_terms, waves_factor
 
@@ -456,38 +457,23 @@ def _attention_key_s(dev: Device, repeat: int, threads: int, tokens: int = 32) -
     return max(at_far - near, 0.0) / (count * node.key_rows * t * far * waves_factor(node, threads))
 
 
-def _round_trip(dev: Device) -> tuple[float, float]:
-    """(submit seconds, fence latency seconds) of an empty command buffer."""
-    with CommandPool(dev) as pool, Fence(dev) as fence:
-        (cmd,) = pool.allocate()
-        cmd.begin()
-        cmd.end()
-        submits, trips = [], []
-        for _ in range(100):
-            t0 = time.perf_counter()
-            dev.submit([cmd], fence)
-            t1 = time.perf_counter()
-            fence.wait()
-            trips.append(time.perf_counter() - t0)
-            submits.append(t1 - t0)
-            fence.reset()
-    s = statistics.median(submits)
-    return s, max(statistics.median(trips) - s, 0.0)
-
-
-def batch_cpu_s(repeat: int, weights: int = 96) -> float:
-    """What each command buffer of a load costs the CPU besides its nodes (the profile's
-    ``submit_us``): its memory block, command buffer, timestamps, barrier, fence and submit.
-    ``weights`` small weights loaded in reduce-peak mode (each batch waited for, so nothing
-    overlaps) in one batch and in batches of two, on the device of ``$VKGRAPH_DEVICE``: the
-    difference in CPU encode time over the difference in batches, the median over ``2 * repeat``
-    pairs of loads. An empty command buffer's submit, which the profiles had before, is 27-29 us
-    on both CPU renderers; this was 210-360 us (Zen 4 host, 2026-11-29), and synthetic:256 in
-    reduce-peak loads of 73 batches against 4 took 26-27 ms more CPU on both, priced the same.
+def batch_costs(repeat: int, weights: int = 48) -> tuple[float, float]:
+    """(CPU seconds, wait seconds) that each command buffer of a load costs besides its nodes:
+    the profile's ``submit_us`` (its memory block, command buffer, timestamps, barrier, fence and
+    submit, and the CPU's caches cold after the "GPU" ran on its cores) and ``fence_latency_us``
+    (from a batch's last timestamp to the CPU running on after waiting for it). ``weights``
+    weights of 1 MiB loaded in reduce-peak mode (each batch waited for, nothing overlaps) in
+    batches of two and of about ten, on the device of ``$VKGRAPH_DEVICE``: the difference in CPU
+    encode time, and in load time besides CPU encode and GPU time, over the difference in
+    batches; medians over ``2 * repeat`` pairs of loads. An empty command buffer's submit and
+    fence round trip, which calibrations measured before, took 27-29 and about 30 us on both CPU
+    renderers; the CPU work per command buffer of such loads 125-224 us on lavapipe and 450-627 on
+    SwiftShader, the wait 107-131 and 0 (Zen 4 host, 2026-11-29), and synthetic:256's reduce-peak
+    loads in 73 command buffers took 26-27 ms more CPU than in 4 on both.
     Run in fresh processes (:func:`_in_fresh_processes`), as the loads it prices are."""
-    arrays = [np.random.default_rng(i).standard_normal((64, 64), dtype=np.float32) for i in range(weights)]
+    arrays = [np.random.default_rng(i).standard_normal((256, 1024), dtype=np.float32) for i in range(weights)]
 
-    def once(dev: Device, nodes: int) -> tuple[float, int]:
+    def once(dev: Device, nodes: int) -> tuple[float, float, int]:
         base = GraphConfig()
         cfg = dataclasses.replace(base, prepack=dataclasses.replace(
             base.prepack, reduce_peak_memory=True, threshold_nodes=nodes, initial_threshold_nodes=nodes))
@@ -496,13 +482,15 @@ def batch_cpu_s(repeat: int, weights: int = 96) -> float:
                 g.prepack_tensor(g.add_tensorref(a, f"w{i}"), "linear_4x4")
             g.prepare()
             r = g.run_prepack()
-            return r.cpu_encode_s, len(r.spans)
+            return r.cpu_encode_s, r.load_s - r.cpu_encode_s - r.gpu_s, len(r.spans)
 
     with Device() as dev:
-        once(dev, 1)
-        once(dev, weights)
-        pairs = [(once(dev, weights), once(dev, 1)) for _ in range(2 * repeat)]
-    return max(statistics.median((many - few) / (n_many - n_few) for (few, n_few), (many, n_many) in pairs), 0.0)
+        few, many = max(2, weights // 5), 1  # node thresholds: batches of about ten, of two
+        once(dev, many)
+        once(dev, few)
+        pairs = [(once(dev, few), once(dev, many)) for _ in range(2 * repeat)]
+    per_batch = [[(b[k] - a[k]) / (b[2] - a[2]) for a, b in pairs] for k in (0, 1)]
+    return max(statistics.median(per_batch[0]), 0.0), max(statistics.median(per_batch[1]), 0.0)
 
 
 def _encoded(dev: Device, packer: str, arrays: list[np.ndarray],
@@ -567,15 +555,18 @@ def pack_gbps(packer: str, size_mb: int, repeat: int, dispatch_s: float, populat
     return statistics.median(packed / max(gpu - len(arrays) * dispatch_s, 1e-9) / 1e9 for _, gpu, packed in runs)
 
 
-def _in_fresh_processes(call: str, rounds: int = 3) -> float:
-    """The median of ``call`` (a call of a function of this module, as Python source) run in
-    ``rounds`` fresh Python processes on the same device (``$VKGRAPH_DEVICE``): on lavapipe a
+def _in_fresh_processes(call: str, rounds: int = 3) -> Any:
+    """The median of ``call`` (a call of a function of this module, as Python source; of a
+    tuple, each value's median) run in ``rounds`` fresh Python processes on the same device (``$VKGRAPH_DEVICE``): on lavapipe a
     process packs at one of two speeds (linear_4x4: 1.40..1.48 or 1.81..1.97 GB/s in eight
     processes in a row)."""
     from .bench import python_in_subprocess
 
     code = f"from vkgraph.tools import calibrate; print(calibrate.{call})"
-    return statistics.median(float(python_in_subprocess(["-c", code]).split()[-1]) for _ in range(rounds))
+    runs = [ast.literal_eval(python_in_subprocess(["-c", code]).splitlines()[-1]) for _ in range(rounds)]
+    if isinstance(runs[0], tuple):  # each value's median
+        return tuple(statistics.median(float(r[k]) for r in runs) for k in range(len(runs[0])))
+    return statistics.median(float(r) for r in runs)
 
 
 def _pack(dev: Device, packer: str, arrays: list[np.ndarray], populated: bool = False) -> tuple[float, float, int]:
@@ -684,8 +675,7 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
     copy = _copy_gbps(device, nbytes, "held")
     fresh = _in_fresh_processes(f"fresh_copy_gbps('fresh', {size_mb})")
     source_read = _source_read_gbps(nbytes)
-    _, fence_s = _round_trip(device)
-    submit_s = _in_fresh_processes(f"batch_cpu_s({repeat})")
+    submit_s, fence_s = _in_fresh_processes(f"batch_costs({repeat})")
     tiny = [np.ones((4, 4), np.float32) for _ in range(200)]
     enc, gpu_tiny, _ = min((_pack(device, "linear_4x4", tiny) for _ in range(repeat)), key=lambda t: t[0])
     encode_node_s = max(enc / len(tiny), 1e-6)

@@ -7,10 +7,12 @@ each mode holds), models the staging ring with the same reserve/retire rule as
 :class:`~vkgraph.graph.staging.StagingRing`, and runs the CPU and the GPU queue as two timelines:
 
 - CPU per batch: reserve staging (waiting for the oldest batches' fences when the ring is full),
-  encode each node (reading its bytes from the file mapping, then a fixed cost plus copying
-  them into staging), submit, then write the weights the CPU packs itself
-  (graph.packers.packs_on_host) straight into device memory (Profile.host_pack_bandwidth; in
-  legacy mode before the submit: scheduler.PrepackPlan.writes_after_submit).
+  encode each node (reading its bytes from the file mapping, then a fixed cost per packing
+  dispatch, a row window its own, plus copying them into staging), the batch's own work
+  (``[cpu] submit_us``: its memory block, command buffer, fence, submit), then write the weights
+  the CPU packs itself (graph.packers.packs_on_host) straight into device memory
+  (Profile.host_pack_bandwidth; in legacy mode before the submit:
+  scheduler.PrepackPlan.writes_after_submit).
 - GPU per batch: starts when submitted and the queue is free; each node costs a dispatch overhead
   plus its packed bytes over the packer kind's bandwidth (``[gpu.populated_pack_gbps]`` where the
   plan populated its memory before: PrepackPlan.populates_destinations; else ``[gpu.pack_gbps]``,
@@ -414,7 +416,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
                 else:
                     c += w
                 continue
-            c += read_s + profile.encode_node_s
+            c += read_s + profile.encode_node_s * n.dispatches  # each window: its descriptor set, texel view, recording
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
             c += fresh / (profile.staging_touch_gbps(prepack.staging_huge_pages) * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
