@@ -283,7 +283,6 @@ def test_direct_writes_cost_their_own_per_node_encode():
         float(text.split("encode_direct_us = ")[1].split()[0]) * 1e-6)
 
 
-
 def test_each_packing_window_and_each_command_buffer_costs_the_cpu():
     """A weight packed in row windows (a device whose texel buffers hold less than it:
     PrepackNode.windows) records a dispatch per window, each with its descriptor set and texel
@@ -303,6 +302,7 @@ def test_each_packing_window_and_each_command_buffer_costs_the_cpu():
     assert (few.submits, many.submits) == (1, 6)
     assert many.cpu_encode_s - few.cpu_encode_s == pytest.approx(5 * prof.submit_s, rel=1e-6)
     assert many.load_s - few.load_s == pytest.approx(5 * (prof.submit_s + prof.fence_latency_s), rel=1e-6)
+
 
 def test_first_load_adds_the_first_touch_of_device_memory():
     """A fresh process's first load: each node also pays its packed bytes at

@@ -557,9 +557,9 @@ def pack_gbps(packer: str, size_mb: int, repeat: int, dispatch_s: float, populat
 
 def _in_fresh_processes(call: str, rounds: int = 3) -> Any:
     """The median of ``call`` (a call of a function of this module, as Python source; of a
-    tuple, each value's median) run in ``rounds`` fresh Python processes on the same device (``$VKGRAPH_DEVICE``): on lavapipe a
-    process packs at one of two speeds (linear_4x4: 1.40..1.48 or 1.81..1.97 GB/s in eight
-    processes in a row)."""
+    tuple, each value's median) run in ``rounds`` fresh Python processes on the same device
+    (``$VKGRAPH_DEVICE``): on lavapipe a process packs at one of two speeds (linear_4x4:
+    1.40..1.48 or 1.81..1.97 GB/s in eight processes in a row)."""
     from .bench import python_in_subprocess
 
     code = f"from vkgraph.tools import calibrate; print(calibrate.{call})"

@@ -80,9 +80,9 @@ class Profile:
     staging_alignment: int
     copy_gbps: float  # CPU copy into already-touched memory
     fresh_copy_gbps: float  # CPU copy into freshly allocated pages (first touch)
-    encode_node_s: float  # CPU cost per prepack node besides copying (binding, recording)
+    encode_node_s: float  # CPU cost per packing dispatch (a row window each) besides copying: binding, recording
     #: CPU cost per command buffer besides its nodes: its memory block, recording, timestamps,
-    #: fence and submit (calibrate.batch_cpu_s)
+    #: fence and submit; and the wait from its end to the CPU running on (calibrate.batch_costs)
     submit_s: float
     fence_latency_s: float
     dispatch_s: float  # GPU cost per packing dispatch besides its bytes
@@ -416,7 +416,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
                 else:
                     c += w
                 continue
-            c += read_s + profile.encode_node_s * n.dispatches  # each window: its descriptor set, texel view, recording
+            c += read_s + profile.encode_node_s * n.dispatches  # a window each: descriptor set, texel view
             fresh = max(0, min(n.src_nbytes, (ring.capacity if ring else 0) - touched))
             touched += fresh
             c += fresh / (profile.staging_touch_gbps(prepack.staging_huge_pages) * GB) + (n.src_nbytes - fresh) / (profile.copy_gbps * GB)
