@@ -123,3 +123,20 @@ def test_validate_compares_settled_loads(device, tmp_path, monkeypatch):
         assert r["load_error"] == pytest.approx(r["simulated_load_s"] / r["measured_load_s"] - 1)
         assert r["fresh_error"] == pytest.approx(r["simulated_fresh_s"] / r["fresh_load_s"] - 1)
         assert r["simulated_fresh_s"] >= r["simulated_load_s"]
+        assert "simulated_fresh_now" not in r
+    # --rates-now: the profile's load rates measured again (here: fixed ones, a third of the
+    # profile's), the loads simulated with them too
+    from vkgraph.tools import calibrate
+    from vkgraph.tools.bench import config_for
+
+    slow = {"copy_gbps": 1.0, "fresh_copy_gbps": 0.5, "pack_gbps": {"default": 0.4, "identity": 1.0}}
+    monkeypatch.setattr(calibrate, "load_rates", lambda dev, dispatch_s: slow)
+    rows = validate("lavapipe", ("synthetic:4",), loads=3, rates_now=True)
+    now = dataclasses.replace(load_profile("lavapipe"), **slow)
+    nodes = model_nodes("synthetic:4", now)
+    for r in rows:
+        first = simulate(nodes, config_for(r["mode"], None), now, r["mode"], first_load=True).load_s
+        assert r["simulated_fresh_now"] == pytest.approx(first) and r["simulated_fresh_now"] > r["simulated_fresh_s"]
+        assert r["fresh_error_now"] == pytest.approx(first / r["fresh_load_s"] - 1)
+        settled = simulate(nodes, config_for(r["mode"], None), now, r["mode"]).load_s
+        assert r["load_error_now"] == pytest.approx(settled / r["measured_load_s"] - 1)

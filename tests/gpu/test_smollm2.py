@@ -144,4 +144,4 @@ def test_run_model_records_what_a_session_dispatches_and_validates(device, smoll
         assert v["simulated_now"] == pytest.approx(getattr(now, key))
         assert v["error_now"] == pytest.approx(v["simulated_now"] / v["measured"] - 1)
     assert cli.main(["simulate", "--rates-now"]) == 1
-    assert "--rates-now goes with --validate --decode" in capsys.readouterr().err
+    assert "--rates-now goes with --validate" in capsys.readouterr().err

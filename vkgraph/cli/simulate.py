@@ -99,10 +99,31 @@ def cmd_validate(args: argparse.Namespace) -> int:
     models = tuple(args.models.split(",")) if args.models else VALIDATE_MODELS
     args.profile = _validate_profile(args)
     rows = validate(args.profile, models, args.repeat, args.config,
-                    None if args.json else terminal_progress("validate", "processes"), args.loads)
+                    None if args.json else terminal_progress("validate", "processes"), args.loads, args.rates_now)
     if args.json:
         print(json.dumps(rows))
         return 0
+    print(f"simulated ({args.profile}) vs measured ({args.repeat} fresh processes, interleaved; "
+          f"{args.loads} loads each):\n")
+    now = " | simulated, rates measured now | error" if args.rates_now else ""
+    print(f"| model | mode | 1st load of a process: median (min..max) | simulated | error{now} "
+          f"| settled loads (3rd on): median (min..max) | simulated | error{now} "
+          "| 2nd load: median | peak staging in flight measured / simulated | error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|---|" if now else ""))
+
+    def now_cells(r: dict, sim: str, err: str) -> str:
+        return f" {r[sim]:.3f} | {r[err]:+.0%} |" if args.rates_now else ""
+
+    for r in rows:
+        print(f"| {r['model']} | {r['mode']} | "
+              f"{r['fresh_load_s']:.3f} ({r['fresh_min_s']:.3f}..{r['fresh_max_s']:.3f}) | {r['simulated_fresh_s']:.3f} | "
+              f"{r['fresh_error']:+.0%} |{now_cells(r, 'simulated_fresh_now', 'fresh_error_now')} "
+              f"{r['measured_load_s']:.3f} ({r['measured_min_s']:.3f}..{r['measured_max_s']:.3f}) | "
+              f"{r['simulated_load_s']:.3f} | {r['load_error']:+.0%} |{now_cells(r, 'simulated_load_now', 'load_error_now')} "
+              f"{r['second_load_s']:.3f} | "
+              f"{r['measured_peak_staging'] / 2**20:.1f} / {r['simulated_peak_staging'] / 2**20:.1f} MiB | "
+              f"{r['staging_error']:+.1%} |")
+    return 0
     print(f"simulated ({args.profile}) vs measured ({args.repeat} fresh processes, interleaved; "
           f"{args.loads} loads each):\n")
     print("| model | mode | 1st load of a process: median (min..max) | simulated | error "
@@ -157,8 +178,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..paths import DEFAULT_CONFIG
     from ..tools.simulate import load_profile, model_nodes, simulate
 
-    if args.rates_now and not (args.validate and args.decode):
-        raise ValueError("--rates-now goes with --validate --decode")
+    if args.rates_now and not args.validate:
+        raise ValueError("--rates-now goes with --validate")
     if args.calibrate:
         return cmd_calibrate(args)
     if args.validate:
@@ -232,9 +253,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--models", help="with --validate: comma-separated (default synthetic:256,minilm,smollm2)")
     sim.add_argument("--repeat", type=int, default=1, help="with --validate: fresh processes per point")
     sim.add_argument("--rates-now", action="store_true",
-                     help="with --validate --decode: also measure the profile's [execute] rates again on this device "
-                          "and simulate with them: the run model's error apart from the host's drift since the "
-                          "profile was calibrated")
+                     help="with --validate: also measure the profile's load rates (with --decode: its [execute] "
+                          "rates) again on this device and simulate with them: the model's error apart from the "
+                          "host's drift since the profile was calibrated")
     sim.add_argument("--loads", type=int, default=4,
                      help="with --validate: loads per process (> 2); the first load is compared with the "
                           "first-load simulation, the loads after the second with the settled one (the first two "

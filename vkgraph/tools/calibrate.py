@@ -664,6 +664,38 @@ def calibrate_rounds(device: Device, rounds: int) -> tuple[Profile, dict[str, An
 SIZE_MB, REPEAT = 32, 7
 
 
+def load_rates(device: Device, dispatch_s: float, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -> dict[str, Any]:
+    """The profile's rates of a load's bytes (the fields of :class:`Profile` they go to): the CPU's
+    copies into touched and fresh memory, GPU packing (and on a CPU renderer into populated
+    memory), the host forms' packing and populating fresh memory, each as calibrate measures it
+    (``dispatch_s``: a packing dispatch's cost, taken off the packing). The rates a shared host's
+    speed moves (by a fifth or more within hours on this project's VM), which ``vkgraph simulate
+    --validate --rates-now`` measures again to tell the model's error from that drift."""
+    copy = _copy_gbps(device, size_mb << 20, "held")
+    pack = {"linear_4x4": _in_fresh_processes(f"pack_gbps('linear_4x4', {size_mb}, {repeat}, {dispatch_s!r})")}
+    pack["default"], pack["identity"] = pack["linear_4x4"], copy
+    # GGML blocks split into planes, timed as the other host forms: SmolLM2's first loads on
+    # lavapipe (66 MB of q4_1 in planes) took 0.056-0.059 s, priced at 0.048 when this was the
+    # later loads' copy rate times the split's speed against a copy (2.96 GB/s)
+    host = {name: _in_fresh_processes(f"host_pack_gbps({name!r}, {size_mb}, {repeat})")
+            for name in ("linear_4x4", "transposed", *(f"{fmt}_planes" for fmt in FORMATS))}
+    host["default"] = host["linear_4x4"]
+    # staged loads on CPU renderers populate what the shaders write (scheduler.PrepackPlan.populates_destinations)
+    populated = {"linear_4x4": _in_fresh_processes(f"pack_gbps('linear_4x4', {size_mb}, {repeat}, {dispatch_s!r}, "
+                                                   "populated=True)")} if device.is_cpu else {}
+    if populated:
+        populated["default"] = populated["linear_4x4"]
+    # on huge pages only while a load's weights fit in HUGE_PAGES_UP_TO_NBYTES (scheduler.py)
+    huge_mb = min(4 * size_mb, HUGE_PAGES_UP_TO_NBYTES >> 20)
+    return {"copy_gbps": copy, "fresh_copy_gbps": _in_fresh_processes(f"fresh_copy_gbps('fresh', {size_mb})"),
+            "direct_copy_gbps": _in_fresh_processes(f"fresh_copy_gbps('block', {size_mb})")
+            if device.host_visible_device_local else None,
+            "pack_gbps": pack, "host_pack_gbps": host, "populated_pack_gbps": populated,
+            "populate_gbps": _in_fresh_processes(f"populate_gbps({4 * size_mb})") if device.is_cpu else None,
+            "populate_huge_gbps": _in_fresh_processes(f"populate_gbps({huge_mb}, huge_pages=True)")
+            if device.is_cpu else None}
+
+
 def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -> tuple[Profile, dict[str, Any]]:
     """Micro-benchmarks on ``device``; returns the profile and the raw measurements.
 
@@ -672,54 +704,31 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
     where device memory is the process's heap, packing into pages never touched before is about
     twice as slow, and only the first load of a process does that for all its weights)."""
     nbytes = size_mb << 20
-    copy = _copy_gbps(device, nbytes, "held")
-    fresh = _in_fresh_processes(f"fresh_copy_gbps('fresh', {size_mb})")
     source_read = _source_read_gbps(nbytes)
     submit_s, fence_s = _in_fresh_processes(f"batch_costs({repeat})")
     tiny = [np.ones((4, 4), np.float32) for _ in range(200)]
     enc, gpu_tiny, _ = min((_pack(device, "linear_4x4", tiny) for _ in range(repeat)), key=lambda t: t[0])
     encode_node_s = max(enc / len(tiny), 1e-6)
-    direct_copy = _in_fresh_processes(f"fresh_copy_gbps('block', {size_mb})") if device.host_visible_device_local else None
     encode_direct_s, settled_direct = _direct_writes(device, repeat) or (None, None)
     dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
-    big = _big_weights(size_mb)
-    pack = {"linear_4x4": _in_fresh_processes(f"pack_gbps('linear_4x4', {size_mb}, {repeat}, {dispatch_s!r})")}
-    # GGML blocks split into planes, timed as the other host forms: SmolLM2's first loads on
-    # lavapipe (66 MB of q4_1 in planes) took 0.056-0.059 s, priced at 0.048 when this was the
-    # later loads' copy rate times the split's speed against a copy (2.96 GB/s)
-    host = {name: _in_fresh_processes(f"host_pack_gbps({name!r}, {size_mb}, {repeat})")
-            for name in ("linear_4x4", "transposed", *(f"{fmt}_planes" for fmt in FORMATS))}
-    pack["default"] = pack["linear_4x4"]
-    # staged loads on CPU renderers populate what the shaders write (scheduler.PrepackPlan.populates_destinations)
-    populated = {"linear_4x4": _in_fresh_processes(f"pack_gbps('linear_4x4', {size_mb}, {repeat}, {dispatch_s!r}, "
-                                                   "populated=True)")} if device.is_cpu else {}
-    if populated:
-        populated["default"] = populated["linear_4x4"]
-    pack["identity"] = copy
-    host["default"] = host["linear_4x4"]
-    cpu_rate, gpu_rate = _contention(device, big, repeat)
+    rates = load_rates(device, dispatch_s, size_mb=size_mb, repeat=repeat)
+    cpu_rate, gpu_rate = _contention(device, _big_weights(size_mb), repeat)
     fresh_device = _fresh_device_gbps(size_mb)
-    populate = _in_fresh_processes(f"populate_gbps({4 * size_mb})") if device.is_cpu else None
-    # on huge pages only while a load's weights fit in HUGE_PAGES_UP_TO_NBYTES (scheduler.py)
-    huge_mb = min(4 * size_mb, HUGE_PAGES_UP_TO_NBYTES >> 20)
-    populate_huge = _in_fresh_processes(f"populate_gbps({huge_mb}, huge_pages=True)") if device.is_cpu else None
     settled_populate = _settled_populate_share(size_mb) if device.is_cpu else None
     execute = _execute_rates(device, repeat, 2 * nbytes)
     p = device.physical
     profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
-                      copy, fresh, encode_node_s, submit_s, fence_s, dispatch_s, pack,
+                      encode_node_s=encode_node_s, submit_s=submit_s, fence_latency_s=fence_s, dispatch_s=dispatch_s,
                       source=f"vkgraph simulate --calibrate on {p.name} ({p.driver}), {datetime.date.today()}",
                       source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate, cpu_renderer=device.is_cpu,
-                      host_pack_gbps=host, fresh_device_gbps=fresh_device, renderer=device.renderer, simd_width=device.simd_width,
+                      fresh_device_gbps=fresh_device, renderer=device.renderer, simd_width=device.simd_width,
                       max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute,
-                      encode_direct_s=encode_direct_s, direct_copy_gbps=direct_copy,
-                      settled_direct_gbps=settled_direct, host_cpu=host_cpu() if device.is_cpu else "",
-                      populated_pack_gbps=populated,
-                      populate_gbps=populate, populate_huge_gbps=populate_huge,
-                      settled_populate_share=settled_populate)
-    raw = {"fresh_device_gbps": fresh_device, "populate_gbps": populate, "populate_huge_gbps": populate_huge, "settled_populate_share": settled_populate, "execute": dataclasses.asdict(execute), "copy_gbps": copy, "fresh_copy_gbps": fresh, "source_read_gbps": source_read, "submit_s": submit_s,
-           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "direct_copy_gbps": direct_copy, "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "pack_gbps": pack, "populated_pack_gbps": populated,
-           "host_pack_gbps": host, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
+                      encode_direct_s=encode_direct_s, settled_direct_gbps=settled_direct,
+                      host_cpu=host_cpu() if device.is_cpu else "", settled_populate_share=settled_populate, **rates)
+    raw = {**rates, "fresh_device_gbps": fresh_device, "settled_populate_share": settled_populate,
+           "execute": dataclasses.asdict(execute), "source_read_gbps": source_read, "submit_s": submit_s,
+           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s,
+           "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
 
 
@@ -825,7 +834,8 @@ VALIDATE_MODES = ("legacy", "staged", "reduce-peak")
 
 
 def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repeat: int = 1,
-             config: str | None = None, progress=None, loads: int = 4) -> list[dict[str, Any]]:
+             config: str | None = None, progress=None, loads: int = 4,
+             rates_now: bool = False) -> list[dict[str, Any]]:
     """Simulated vs measured load time and peak staging in flight (the median high-water mark of the
     settled loads). Each cell is measured in ``repeat``
     fresh processes, interleaved round by round so that drift of the machine hits every cell
@@ -838,13 +848,21 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
     (benchmarks/fresh_pages.py). Rows carry the first loads (``fresh_*``), the second loads
     (``second_*``) and the settled ones (``measured_*``; median, min, max); ``load_error`` is the
     settled simulation against the settled loads' median, ``fresh_error`` the first-load
-    simulation (``simulate(first_load=True)``) against the first loads' median."""
+    simulation (``simulate(first_load=True)``) against the first loads' median. With
+    ``rates_now`` the profile's load rates (:func:`load_rates`) are measured again first and the
+    loads simulated with them too (``simulated_fresh_now``, ``fresh_error_now``,
+    ``simulated_load_now``, ``load_error_now``): the load model's own error, apart from how far the
+    host's speed has moved since the profile was calibrated."""
     from .bench import SETTLING_LOADS, config_for, load_in_subprocess
 
     if loads <= SETTLING_LOADS:
         raise ValueError(f"--loads must be > {SETTLING_LOADS}: the first {SETTLING_LOADS} loads of a process "
                          "fault in memory the process does not hold yet and are not compared")
     profile = load_profile(profile_name)
+    now = None
+    if rates_now:
+        with Device() as dev:
+            now = dataclasses.replace(profile, **load_rates(dev, profile.dispatch_s))
     cells = [(model, mode) for model in models for mode in VALIDATE_MODES]
     fresh: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
     second: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
@@ -876,6 +894,11 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
                          "simulated_load_s": sim.load_s, "load_error": sim.load_s / m_load - 1,
                          "measured_peak_staging": m_staging, "simulated_peak_staging": sim.peak_staging_nbytes,
                          "staging_error": (sim.peak_staging_nbytes / m_staging - 1) if m_staging else 0.0})
+            if now is not None:
+                first_now = simulate(nodes, config_for(mode, config), now, mode, first_load=True).load_s
+                settled_now = simulate(nodes, config_for(mode, config), now, mode).load_s
+                rows[-1].update(simulated_fresh_now=first_now, fresh_error_now=first_now / statistics.median(first) - 1,
+                                simulated_load_now=settled_now, load_error_now=settled_now / m_load - 1)
     return rows
 
 
