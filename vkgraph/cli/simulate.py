@@ -124,20 +124,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
               f"{r['measured_peak_staging'] / 2**20:.1f} / {r['simulated_peak_staging'] / 2**20:.1f} MiB | "
               f"{r['staging_error']:+.1%} |")
     return 0
-    print(f"simulated ({args.profile}) vs measured ({args.repeat} fresh processes, interleaved; "
-          f"{args.loads} loads each):\n")
-    print("| model | mode | 1st load of a process: median (min..max) | simulated | error "
-          "| settled loads (3rd on): median (min..max) | simulated | error "
-          "| 2nd load: median | peak staging in flight measured / simulated | error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['model']} | {r['mode']} | "
-              f"{r['fresh_load_s']:.3f} ({r['fresh_min_s']:.3f}..{r['fresh_max_s']:.3f}) | {r['simulated_fresh_s']:.3f} | "
-              f"{r['fresh_error']:+.0%} | {r['measured_load_s']:.3f} ({r['measured_min_s']:.3f}.."
-              f"{r['measured_max_s']:.3f}) | {r['simulated_load_s']:.3f} | {r['load_error']:+.0%} | {r['second_load_s']:.3f} | "
-              f"{r['measured_peak_staging'] / 2**20:.1f} / {r['simulated_peak_staging'] / 2**20:.1f} MiB | "
-              f"{r['staging_error']:+.1%} |")
-    return 0
 
 
 def cmd_decode(args: argparse.Namespace) -> int:

@@ -474,9 +474,8 @@ def batch_costs(repeat: int, weights: int = 48) -> tuple[float, float]:
     arrays = [np.random.default_rng(i).standard_normal((256, 1024), dtype=np.float32) for i in range(weights)]
 
     def once(dev: Device, nodes: int) -> tuple[float, float, int]:
-        base = GraphConfig()
-        cfg = dataclasses.replace(base, prepack=dataclasses.replace(
-            base.prepack, reduce_peak_memory=True, threshold_nodes=nodes, initial_threshold_nodes=nodes))
+        cfg = GraphConfig().replace(prepack__reduce_peak_memory=True, prepack__threshold_nodes=nodes,
+                                    prepack__initial_threshold_nodes=nodes)
         with ComputeGraph(cfg, device=dev) as g:
             for i, a in enumerate(arrays):
                 g.prepack_tensor(g.add_tensorref(a, f"w{i}"), "linear_4x4")
@@ -883,8 +882,9 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
             first = [x["load_s"] for x in fresh[(model, mode)]]
             m_load = statistics.median(times)
             m_staging = int(statistics.median(x["peak_staging_nbytes"] for x in settled[(model, mode)]))
-            sim = simulate(nodes, config_for(mode, config), profile, mode)
-            sim_first = simulate(nodes, config_for(mode, config), profile, mode, first_load=True)
+            cfg = config_for(mode, config)
+            sim = simulate(nodes, cfg, profile, mode)
+            sim_first = simulate(nodes, cfg, profile, mode, first_load=True)
             rows.append({"model": model, "mode": mode, "measured_load_s": m_load, "measured_min_s": min(times),
                          "measured_max_s": max(times), "fresh_load_s": statistics.median(first),
                          "fresh_min_s": min(first), "fresh_max_s": max(first),
@@ -895,8 +895,8 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
                          "measured_peak_staging": m_staging, "simulated_peak_staging": sim.peak_staging_nbytes,
                          "staging_error": (sim.peak_staging_nbytes / m_staging - 1) if m_staging else 0.0})
             if now is not None:
-                first_now = simulate(nodes, config_for(mode, config), now, mode, first_load=True).load_s
-                settled_now = simulate(nodes, config_for(mode, config), now, mode).load_s
+                first_now = simulate(nodes, cfg, now, mode, first_load=True).load_s
+                settled_now = simulate(nodes, cfg, now, mode).load_s
                 rows[-1].update(simulated_fresh_now=first_now, fresh_error_now=first_now / statistics.median(first) - 1,
                                 simulated_load_now=settled_now, load_error_now=settled_now / m_load - 1)
     return rows
