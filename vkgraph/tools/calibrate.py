@@ -492,6 +492,45 @@ def batch_costs(repeat: int, weights: int = 48) -> tuple[float, float]:
     return max(statistics.median(per_batch[0]), 0.0), max(statistics.median(per_batch[1]), 0.0)
 
 
+def node_costs(repeat: int, nbytes: int = 32 << 20, sizes: tuple[int, int] = (1 << 20, 256 << 10)) -> tuple[float, float]:
+    """(CPU seconds, GPU seconds) that each packing dispatch of a load costs besides its bytes:
+    the profile's ``encode_node_us`` (its buffer, descriptor set, texel view, recording, its
+    source's release) and ``dispatch_us``. Legacy loads of the same ``nbytes`` of linear_4x4
+    weights read from a file mapping (released after, as a load releases them) as weights of
+    ``sizes[0]`` and of ``sizes[1]`` bytes (one row window each on this project's renderers), on
+    the device of ``$VKGRAPH_DEVICE``: the difference in CPU encode and in GPU time over the
+    difference in dispatches, medians over ``2 * repeat`` pairs of loads. Weights of 16 floats in
+    memory, which calibrations packed before (a dispatch of one workgroup, no file pages),
+    cost lavapipe's CPU 155 us a dispatch and its GPU 47.7 on the Zen 4 host, where this measured
+    199-236 and 82-141 in five fresh processes (SwiftShader: 148 and 16.1 against 189-208 and
+    16-42; 2026-11-29).
+    Run in fresh processes (:func:`_in_fresh_processes`), as the loads it prices are."""
+    import mmap
+    import tempfile
+
+    def once(dev: Device, size: int) -> tuple[float, float, int]:
+        rows = size // 4096
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        with ComputeGraph(GraphConfig(), device=dev) as g:
+            for i in range(nbytes // size):
+                src = ArraySource(np.frombuffer(mm, np.float32, rows * 1024, i * size).reshape(rows, 1024),
+                                  mapping=mm, offset=i * size)
+                g.prepack_tensor(g.add_tensorref(src, f"w{i}", shape=(rows, 1024), dtype=np.float32), "linear_4x4")
+            g.encode_prepack()
+            r = g.prepack()
+            return r.cpu_encode_s, r.gpu_s, r.packing_dispatches
+
+    with tempfile.TemporaryFile() as f, Device() as dev:
+        f.write(np.random.default_rng(4).standard_normal(nbytes // 4, dtype=np.float32).tobytes())
+        f.flush()
+        few, many = sizes
+        once(dev, few)
+        once(dev, many)
+        pairs = [(once(dev, few), once(dev, many)) for _ in range(2 * repeat)]
+    per = [statistics.median((b[k] - a[k]) / max(b[2] - a[2], 1) for a, b in pairs) for k in (0, 1)]
+    return max(per[0], 1e-6), max(per[1], 1e-7)
+
+
 def _encoded(dev: Device, packer: str, arrays: list[np.ndarray],
              populated: bool = False) -> tuple[ComputeGraph, int, float]:
     """A graph packing ``arrays`` in one legacy command buffer, encoded and not submitted: (graph,
@@ -705,11 +744,8 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
     nbytes = size_mb << 20
     source_read = _source_read_gbps(nbytes)
     submit_s, fence_s = _in_fresh_processes(f"batch_costs({repeat})")
-    tiny = [np.ones((4, 4), np.float32) for _ in range(200)]
-    enc, gpu_tiny, _ = min((_pack(device, "linear_4x4", tiny) for _ in range(repeat)), key=lambda t: t[0])
-    encode_node_s = max(enc / len(tiny), 1e-6)
+    encode_node_s, dispatch_s = _in_fresh_processes(f"node_costs({repeat}, {nbytes})")
     encode_direct_s, settled_direct = _direct_writes(device, repeat) or (None, None)
-    dispatch_s = max(gpu_tiny / len(tiny), 1e-7)
     rates = load_rates(device, dispatch_s, size_mb=size_mb, repeat=repeat)
     cpu_rate, gpu_rate = _contention(device, _big_weights(size_mb), repeat)
     fresh_device = _fresh_device_gbps(size_mb)
