@@ -38,6 +38,38 @@ def test_plan_and_peak_staging_match_the_device(device, compiler, tmp_path, mode
     assert sim.packing_dispatches == report.packing_dispatches
 
 
+def test_staged_batches_one_after_another(device, compiler, tmp_path, monkeypatch):
+    """calibrate.contention's loads with nothing overlapping (prepack.Staged.wait_each): the
+    staged plan, each batch waited for before the next is encoded, so one batch's staging is in
+    flight at a time; the default overlaps them again."""
+    from vkgraph.graph import prepack
+
+    waited = []
+    wait = prepack.PrepackRun.wait
+    monkeypatch.setattr(prepack.PrepackRun, "wait", lambda run, b: (waited.append(b), wait(run, b))[1])
+    spec = synthetic.SyntheticSpec.for_size(8)
+    cfg = GraphConfig().replace(prepack__threshold_nbytes=256 << 10, prepack__initial_threshold_nbytes=64 << 10,
+                                prepack__staging_ring_nbytes=1 << 20, prepack__reduce_peak_memory=False)
+    reports = {}
+    for alone in (True, False):
+        prepack.Staged.wait_each = alone
+        try:
+            with SafetensorsFile(synthetic.weights_path(spec, tmp_path)) as st, \
+                    ComputeGraph(cfg, device=device, compiler=compiler) as g:
+                synthetic.build(g, st, spec)
+                reports[alone] = g.run_prepack()
+        finally:
+            prepack.Staged.wait_each = False
+        if alone:  # each batch waited for, in order, before the next one; staged loads wait for none
+            assert waited == list(range(reports[True].submits))
+            waited.clear()
+    alone, staged = reports[True], reports[False]
+    assert waited == [] and alone.mode == staged.mode == "staged" and alone.bytes_per_submit == staged.bytes_per_submit
+    regions = [-(-n // g.staging_alignment) * g.staging_alignment for n in alone.bytes_per_submit if n]
+    assert len(regions) > 2 and alone.peak_staging_nbytes == max(regions) <= staged.peak_staging_nbytes
+    assert prepack.Staged.wait_each is False
+
+
 def test_packing_dispatches_follow_the_devices_windows(device, compiler):
     """MiniLM's weights in the windows the device's bindings and texel buffers take (SwiftShader's
     texel buffers hold 1 MiB): the simulator counts the dispatches run_prepack records."""
@@ -75,7 +107,9 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
         assert set(profile.populated_pack_gbps) == {"default", "linear_4x4"}, raw  # and packs into that memory
         assert all(math.isfinite(v) and v > 0 for v in profile.populated_pack_gbps.values()), raw
         assert math.isfinite(profile.settled_populate_share) and profile.settled_populate_share >= 0, raw
+        assert math.isfinite(profile.fresh_direct_gbps) and profile.fresh_direct_gbps >= 0, raw  # weights it writes
     else:
+        assert profile.fresh_direct_gbps is None, raw
         assert profile.populate_gbps is None and profile.populate_huge_gbps is None, raw
         assert profile.settled_populate_share is None, raw
         assert profile.populated_pack_gbps == {}, raw
@@ -98,7 +132,7 @@ def test_calibration_gives_sane_positive_parameters(device, tmp_path):
     assert again.execute.step_key_s == pytest.approx(e.step_key_s, rel=1e-3)
     assert [getattr(again.execute, k) for k in ("wave_share", "gated_step", "gated_tiles")] == pytest.approx(
         [getattr(e, k) for k in ("wave_share", "gated_step", "gated_tiles")], rel=1e-2, abs=1e-3)
-    for rate in ("populate_gbps", "populate_huge_gbps", "settled_populate_share"):
+    for rate in ("populate_gbps", "populate_huge_gbps", "settled_populate_share", "fresh_direct_gbps"):
         v = getattr(profile, rate)
         assert getattr(again, rate) == (None if v is None else pytest.approx(v, rel=1e-3))
     assert (again.execute.first_linear_s, again.execute.first_dispatch_s) == pytest.approx(

@@ -322,6 +322,13 @@ def test_first_load_adds_the_first_touch_of_device_memory():
     first = simulate(direct, GraphConfig(), host, "legacy", first_load=True)
     assert first.gpu_s == settled.gpu_s == 0
     assert first.cpu_encode_s - settled.cpu_encode_s == pytest.approx(2 * (1 << 20) / 0.5e9)
+    # at a rate of their own where the profile has one (0: free, as SwiftShader's), the GPU's nodes still at theirs
+    for rate, extra in ((2.0, 2 * (1 << 20) / 2e9), (0.0, 0.0)):
+        own = dataclasses.replace(host, fresh_direct_gbps=rate)
+        assert (simulate(direct, GraphConfig(), own, "legacy", first_load=True).cpu_encode_s
+                - simulate(direct, GraphConfig(), own, "legacy").cpu_encode_s) == pytest.approx(extra, abs=1e-12)
+        assert (simulate(nodes, GraphConfig(), own, "legacy", first_load=True).gpu_s
+                - simulate(nodes, GraphConfig(), own, "legacy").gpu_s) == pytest.approx((3 * 4096 + 8192) / 0.5e9)
     # a GPU's (a CPU renderer's staged first loads populate: the next test)
     free = dataclasses.replace(PROFILE, fresh_device_gbps=0.0, cpu_renderer=False)
     assert simulate(nodes, GraphConfig(), free, "staged", first_load=True).load_s == pytest.approx(
@@ -463,6 +470,18 @@ def test_bad_fresh_device_rate(tmp_path):
     p = tmp_path / "p.toml"
     p.write_text(re.sub(r"(?m)^fresh_device_gbps = .*$", "fresh_device_gbps = -2", text))
     with pytest.raises(ConfigError, match="gpu.fresh_device_gbps: must be >= 0"):
+        load_profile(p)
+
+
+def test_fresh_direct_rate_is_read_and_checked(tmp_path):
+    text = (load_profile.__globals__["PROFILE_DIR"] / "lavapipe.toml").read_text()
+    p = tmp_path / "p.toml"
+    p.write_text(text)
+    assert load_profile(p).fresh_direct_gbps is None  # fresh_device_gbps then
+    p.write_text(text.replace("\nsubmit_us = ", "\nfresh_direct_gbps = 0\nsubmit_us = "))
+    assert load_profile(p).fresh_direct_gbps == 0.0 and load_profile(p).fresh_direct_rate == 0.0
+    p.write_text(text.replace("\nsubmit_us = ", "\nfresh_direct_gbps = -1\nsubmit_us = "))
+    with pytest.raises(ConfigError, match="cpu.fresh_direct_gbps: must be >= 0"):
         load_profile(p)
 
 

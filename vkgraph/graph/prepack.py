@@ -262,12 +262,16 @@ class Staged:
     encoded, so the CPU stages the next batch while the GPU packs this one. In reduce-peak mode
     the plan waits for every batch before the next (one batch of staging, reused)."""
 
+    #: wait for every batch before the next in staged mode too: the CPU's and the GPU's work of
+    #: the same plan, neither running while the other does (calibrate.contention measures so)
+    wait_each = False
+
     def pack(self, run: PrepackRun) -> None:
         for b in range(len(run.plan.batches)):
             run.encode(b)
             run.submit(b)
             run.write_direct(b)
-            if run.plan.waits_each_batch:
+            if run.plan.waits_each_batch or self.wait_each:
                 run.wait(b)
 
 

@@ -21,7 +21,7 @@ from ..ggml import FORMATS
 from ..graph.packers import get_packer
 from ..graph.scheduler import HUGE_PAGES_UP_TO_NBYTES
 from ..graph.values import ArraySource, TensorRef
-from ..paths import user_cache_dir
+from ..paths import CONFIG_DIR, user_cache_dir
 from ..runtime import Buffer, Device, MemoryKind, allocate_block
 from .simulate import Profile, host_cpu, load_profile, model_nodes, simulate
 from .simulate_run import ExecuteRates, linear_terms, waves_factor
@@ -204,7 +204,7 @@ def fresh_copy_gbps(into: str, size_mb: int) -> float:
         return _copy_gbps(dev, size_mb << 20, into)
 
 
-def _fresh_device_gbps(size_mb: int, rounds: int = 5) -> float:
+def _fresh_device_gbps(size_mb: int, rounds: int = 5, host_packed: bool = False) -> float:
     """What the first load of a fresh process pays on top of a settled one, per packed byte:
     reduce-peak loads of synthetic:<4 x size_mb> in fresh processes (the device of
     ``$VKGRAPH_DEVICE``; not staged, which populates the packing shaders' memory on the CPU:
@@ -213,12 +213,19 @@ def _fresh_device_gbps(size_mb: int, rounds: int = 5) -> float:
     whoever first writes the memory (lavapipe's device memory is the process heap): the GPU for a
     weight it packs, the CPU for one it writes straight (SmolLM2's GGML blocks on a CPU renderer:
     their first loads on lavapipe ran at 0.044..0.048 s, priced at 0.033 before the CPU paid it).
-    0 (free) where the first load runs no slower."""
+    0 (free) where the first load runs no slower.
+
+    ``host_packed``: with the CPU writing every weight itself (``configs/fast-load.toml``,
+    ``prepack.host_packing = "cpu-renderer"``; a CPU renderer), the profile's
+    ``fresh_direct_gbps``: SwiftShader's first loads of such weights pay next to nothing (Zen 4
+    host, synthetic:128, four runs of five fresh processes: 56, 169 GB/s and free twice, where
+    its ``fresh_device_gbps`` priced SmolLM2's first loads 13-17% slow), lavapipe's 7-72 GB/s."""
     from .bench import SETTLING_LOADS, load_in_subprocess
 
+    config = str(CONFIG_DIR / "fast-load.toml") if host_packed else None
     extra = []
     for _ in range(rounds):
-        loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "reduce-peak", None, SETTLING_LOADS + 2, check="last")
+        loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "reduce-peak", config, SETTLING_LOADS + 2, check="last")
         settled = statistics.median(r["load_s"] for r in loads[SETTLING_LOADS:])
         extra.append((loads[0]["load_s"] - settled) / loads[0]["total_constant_nbytes"])  # fp32: packed = source
     per_byte = statistics.median(extra)
@@ -492,7 +499,8 @@ def batch_costs(repeat: int, weights: int = 48) -> tuple[float, float]:
     return max(statistics.median(per_batch[0]), 0.0), max(statistics.median(per_batch[1]), 0.0)
 
 
-def node_costs(repeat: int, nbytes: int = 32 << 20, sizes: tuple[int, int] = (1 << 20, 256 << 10)) -> tuple[float, float]:
+def node_costs(repeat: int, nbytes: int = 32 << 20,
+               sizes: tuple[int, int] = (1 << 20, 256 << 10)) -> tuple[float, float]:
     """(CPU seconds, GPU seconds) that each packing dispatch of a load costs besides its bytes:
     the profile's ``encode_node_us`` (its buffer, descriptor set, texel view, recording, its
     source's release) and ``dispatch_us``. Legacy loads of the same ``nbytes`` of linear_4x4
@@ -532,10 +540,9 @@ def node_costs(repeat: int, nbytes: int = 32 << 20, sizes: tuple[int, int] = (1 
 
 
 def _encoded(dev: Device, packer: str, arrays: list[np.ndarray],
-             populated: bool = False) -> tuple[ComputeGraph, int, float]:
+             populated: bool = False) -> tuple[ComputeGraph, int]:
     """A graph packing ``arrays`` in one legacy command buffer, encoded and not submitted: (graph,
-    packed bytes, perf_counter at the start of encoding, which the load report's times are
-    relative to). ``populated``: the packed weights' memory gets its pages before (as a staged
+    packed bytes). ``populated``: the packed weights' memory gets its pages before (as a staged
     load's on a CPU renderer: scheduler.PrepackPlan.populates_destinations), not at the shader's
     first stores."""
     g = ComputeGraph(GraphConfig(), device=dev)
@@ -544,12 +551,11 @@ def _encoded(dev: Device, packer: str, arrays: list[np.ndarray],
         g.prepare()
         if populated:
             g.memory.allocate_blocks(((g.values[r], False) for r in refs), populate=True)
-        t0 = time.perf_counter()
         g.encode_prepack()
     except BaseException:
         g.destroy()
         raise
-    return g, sum(g.values[x].nbytes for x in refs), t0
+    return g, sum(g.values[x].nbytes for x in refs)
 
 
 def _big_weights(size_mb: int) -> list[np.ndarray]:
@@ -610,64 +616,70 @@ def _in_fresh_processes(call: str, rounds: int = 3) -> Any:
 def _pack(dev: Device, packer: str, arrays: list[np.ndarray], populated: bool = False) -> tuple[float, float, int]:
     """(CPU encode s, GPU s, packed bytes) of packing ``arrays`` in one legacy command buffer
     (``populated``: :func:`_encoded`)."""
-    g, packed, _ = _encoded(dev, packer, arrays, populated)
+    g, packed = _encoded(dev, packer, arrays, populated)
     with g:
         r = g.prepack()
         return r.cpu_encode_s, r.gpu_s, packed
 
 
-def _cpu_work(src: np.ndarray, dst: np.ndarray, units: int) -> tuple[float, float]:
-    """Encode-like CPU work: per unit, copy ``src`` into ``dst`` and some interpreter work.
-    Returns (start, end) on the perf_counter clock."""
-    t0 = time.perf_counter()
-    for u in range(units):
-        off = (u * src.nbytes) % (dst.nbytes - src.nbytes)
-        dst[off:off + src.nbytes] = src
-        x = 0
-        for k in range(1500):
-            x += k
-    return t0, time.perf_counter()
+def contention_batches(alone: bool, model: str) -> tuple[float, float, float, float]:
+    """A fresh process's first staged load of ``model`` on the device of ``$VKGRAPH_DEVICE``,
+    its batches but the first and the last: the medians of each batch's CPU time (encoding and
+    submitting it), GPU time, and the time each of those overlapped the other's work on the
+    neighbouring batch. ``alone``: each batch waited for before the next is encoded (the same
+    plan, nothing overlapping: prepack.Staged.wait_each)."""
+    import gc
+
+    from ..graph import prepack
+    from ..models.registry import open_model
+    from .bench import config_for
+
+    prepack.Staged.wait_each = alone
+    try:
+        with open_model(model) as m, ComputeGraph(config_for("staged", None)) as g:
+            m.build(g)
+            g.prepare()
+            gc.collect()
+            spans = g.run_prepack().spans
+    finally:
+        prepack.Staged.wait_each = False
+
+    def overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+        return max(0.0, min(a1, b1) - max(a0, b0))
+
+    rows = [(s.cpu_end_s - s.cpu_start_s, s.gpu_end_s - s.gpu_start_s,
+             overlap(s.cpu_start_s, s.cpu_end_s, prev.gpu_start_s, prev.gpu_end_s),
+             overlap(s.gpu_start_s, s.gpu_end_s, nxt.cpu_start_s, nxt.cpu_end_s))
+            for prev, s, nxt in zip(spans, spans[1:], spans[2:])]
+    return tuple(statistics.median(r[k] for r in rows) for k in range(4)) if rows else (0.0, 0.0, 0.0, 0.0)
 
 
-def _contention(dev: Device, arrays: list[np.ndarray], repeat: int) -> tuple[float, float]:
-    """(CPU rate, GPU rate) while both run, each relative to its speed alone. Rounds alternate a
-    packing command buffer alone, encode-like CPU work alone (about half the GPU's time), and
-    the two together; the rates come from the medians: over their overlap, each did its work
-    alone minus the time it ran outside the overlap."""
-    import threading
+def contention(size_mb: int, rounds: int = 5) -> tuple[float, float]:
+    """(CPU rate, GPU rate) while both run, each relative to its speed alone: the first staged
+    loads of synthetic:<8 x size_mb> in fresh processes, ``rounds`` with the batches one after
+    the other (:func:`contention_batches` alone) and as many as staged loads run them, in turn.
+    Over the time a batch's CPU (GPU) work overlapped the other's, it did its work alone less
+    the time it ran outside the overlap. Measured before with encode-like CPU work (copies and
+    an interpreter loop) against a packing command buffer, lavapipe's CPU rate came out at
+    0.72 on the Zen 4 host, where its loads' CPU work took as long per batch with the GPU packing
+    as without (synthetic:256, first loads, five fresh processes each: 8.50 against 8.64 ms;
+    its populating and file reads wait in the kernel, where the encode-like work computed).
+    1.0 each where nothing overlapped (a load of fewer than three batches)."""
+    from .bench import python_in_subprocess
 
-    rng = np.random.default_rng(3)
-    src = rng.integers(0, 255, 256 << 10, dtype=np.uint8)
-    dst = np.ones(64 << 20, np.uint8)
+    model = f"synthetic:{8 * size_mb}"
 
-    _pack(dev, "linear_4x4", arrays)  # warm-up (the memory it frees is what the next graphs get)
-    c0, c1 = _cpu_work(src, dst, 20)
-    t_unit = (c1 - c0) / 20
-    gpu_alone, cpu_alone, gpu_both, cpu_both, overlaps = [], [], [], [], []
-    units = 0
-    for _ in range(repeat):
-        gpu_alone.append(_pack(dev, "linear_4x4", arrays)[1])
-        units = units or max(10, int(gpu_alone[0] / 2 / t_unit))
-        c0, c1 = _cpu_work(src, dst, units)
-        cpu_alone.append(c1 - c0)
-        g, _, t0 = _encoded(dev, "linear_4x4", arrays)
-        with g:
-            box: dict[str, Any] = {}
-            th = threading.Thread(target=lambda: box.setdefault("report", g.prepack()))
-            th.start()
-            c0, c1 = _cpu_work(src, dst, units)
-            th.join()
-        span = box["report"].spans[0]
-        gpu_both.append(span.gpu_s)
-        cpu_both.append(c1 - c0)
-        overlaps.append(min(c1, t0 + span.gpu_end_s) - max(c0, t0 + span.gpu_start_s))
+    def run(alone: bool) -> tuple[float, ...]:
+        code = f"from vkgraph.tools import calibrate; print(calibrate.contention_batches({alone}, {model!r}))"
+        return ast.literal_eval(python_in_subprocess(["-c", code]).splitlines()[-1])
+
+    pairs = [(run(True), run(False)) for _ in range(rounds)]
     med = statistics.median
-    overlap = med(overlaps)
-    if overlap <= 0:
-        return 1.0, 1.0
+    alone_cpu, alone_gpu = med(a[0] for a, _ in pairs), med(a[1] for a, _ in pairs)
+    cpu, gpu, cpu_overlap, gpu_overlap = (med(b[k] for _, b in pairs) for k in range(4))
     clamp = lambda v: min(1.0, max(0.05, v))  # noqa: E731
-    return (clamp((med(cpu_alone) - med(cpu_both) + overlap) / overlap),
-            clamp((med(gpu_alone) - med(gpu_both) + overlap) / overlap))
+    return (clamp((alone_cpu - cpu + cpu_overlap) / cpu_overlap) if cpu_overlap > 0 else 1.0,
+            clamp((alone_gpu - gpu + gpu_overlap) / gpu_overlap) if gpu_overlap > 0 else 1.0)
 
 
 def _median_of(values: list[Any]) -> Any:
@@ -747,8 +759,10 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
     encode_node_s, dispatch_s = _in_fresh_processes(f"node_costs({repeat}, {nbytes})")
     encode_direct_s, settled_direct = _direct_writes(device, repeat) or (None, None)
     rates = load_rates(device, dispatch_s, size_mb=size_mb, repeat=repeat)
-    cpu_rate, gpu_rate = _contention(device, _big_weights(size_mb), repeat)
+    cpu_rate, gpu_rate = contention(size_mb)
     fresh_device = _fresh_device_gbps(size_mb)
+    # the weights a CPU renderer's loads write themselves (SmolLM2's GGML blocks, embeddings)
+    fresh_direct = _fresh_device_gbps(size_mb, host_packed=True) if device.is_cpu else None
     settled_populate = _settled_populate_share(size_mb) if device.is_cpu else None
     execute = _execute_rates(device, repeat, 2 * nbytes)
     p = device.physical
@@ -756,14 +770,14 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
                       encode_node_s=encode_node_s, submit_s=submit_s, fence_latency_s=fence_s, dispatch_s=dispatch_s,
                       source=f"vkgraph simulate --calibrate on {p.name} ({p.driver}), {datetime.date.today()}",
                       source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate, cpu_renderer=device.is_cpu,
-                      fresh_device_gbps=fresh_device, renderer=device.renderer, simd_width=device.simd_width,
-                      max_texel_buffer_elements=p.limits["maxTexelBufferElements"], execute=execute,
-                      encode_direct_s=encode_direct_s, settled_direct_gbps=settled_direct,
+                      fresh_device_gbps=fresh_device, fresh_direct_gbps=fresh_direct, renderer=device.renderer,
+                      simd_width=device.simd_width, max_texel_buffer_elements=p.limits["maxTexelBufferElements"],
+                      execute=execute, encode_direct_s=encode_direct_s, settled_direct_gbps=settled_direct,
                       host_cpu=host_cpu() if device.is_cpu else "", settled_populate_share=settled_populate, **rates)
-    raw = {**rates, "fresh_device_gbps": fresh_device, "settled_populate_share": settled_populate,
-           "execute": dataclasses.asdict(execute), "source_read_gbps": source_read, "submit_s": submit_s,
-           "fence_latency_s": fence_s, "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s,
-           "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
+    raw = {**rates, "fresh_device_gbps": fresh_device, "fresh_direct_gbps": fresh_direct,
+           "settled_populate_share": settled_populate, "execute": dataclasses.asdict(execute),
+           "source_read_gbps": source_read, "submit_s": submit_s, "fence_latency_s": fence_s,
+           "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
 
 
@@ -828,6 +842,8 @@ def _direct_toml(p: Profile) -> str:
         out += f"\ndirect_copy_gbps = {p.direct_copy_gbps:.4g}   # into a fresh memory block of such weights (first loads)"
     if p.settled_direct_gbps is not None:
         out += f"\nsettled_direct_gbps = {p.settled_direct_gbps:.4g}   # their bytes in later loads"
+    if p.fresh_direct_gbps is not None:
+        out += f"\nfresh_direct_gbps = {p.fresh_direct_gbps:.4g}   # a first load's extra for them (0: free)"
     if p.populate_gbps is not None:
         out += f"\npopulate_gbps = {p.populate_gbps:.4g}   # a packing shader's fresh memory made at once (staged first loads)"
     if p.populate_huge_gbps is not None:

@@ -20,8 +20,9 @@ each mode holds), models the staging ring with the same reserve/retire rule as
 - On the first load of a process every node also pays the first touch of its device memory where
   that memory is the process's own (``[gpu] fresh_device_gbps``: lavapipe's device memory is the
   process heap, so a fresh process faults it in): the GPU for what it packs, the CPU for what it
-  writes straight (no faster than ``[cpu] fresh_copy_gbps`` where the plan leaves those blocks on
-  4 KiB pages: scheduler.PrepackPlan.direct_huge_pages); where the plan populates the packing
+  writes straight (at ``[cpu] fresh_direct_gbps`` where the profile has it: SwiftShader's first
+  loads pay nothing for those; no faster than ``[cpu] fresh_copy_gbps`` where the plan leaves
+  those blocks on 4 KiB pages: scheduler.PrepackPlan.direct_huge_pages); where the plan populates the packing
   shaders' buffers (scheduler.PrepackPlan.populates_destinations) on a CPU renderer, the CPU for
   those too, as it gives a batch memory (``[cpu] populate_gbps``, ``populate_huge_gbps`` where
   the plan advises them as huge pages: PrepackPlan.populated_huge_pages); a settled load pays
@@ -130,6 +131,10 @@ class Profile:
     #: (scheduler.PrepackPlan.populates_destinations: staged loads on CPU renderers), where
     #: pack_gbps is the shader's own first stores faulting them in; empty: pack_gbps
     populated_pack_gbps: dict[str, float] = field(default_factory=dict)
+    #: what a fresh process's first load pays on top of a settled one, per byte, for the weights
+    #: the CPU writes straight into device memory (0: free); None: fresh_device_gbps, as the
+    #: memory the GPU packs into
+    fresh_direct_gbps: float | None = None
 
     def populate_bandwidth(self, huge_pages: bool = False) -> float:
         """Populating a packing shader's buffers: on huge pages where the plan advises them
@@ -143,6 +148,10 @@ class Profile:
         renderer, like the blocks of the weights the CPU writes."""
         advised = huge_pages and self.cpu_renderer and self.direct_copy_gbps
         return self.direct_copy_gbps if advised else self.fresh_copy_gbps
+
+    @property
+    def fresh_direct_rate(self) -> float:
+        return self.fresh_device_gbps if self.fresh_direct_gbps is None else self.fresh_direct_gbps
 
     @property
     def direct_node_s(self) -> float:
@@ -251,6 +260,7 @@ def load_profile(path: str | Path) -> Profile:
             populate_huge_gbps=float(cpu["populate_huge_gbps"]) if "populate_huge_gbps" in cpu else None,
             settled_populate_share=float(cpu["settled_populate_share"]) if "settled_populate_share" in cpu else None,
             populated_pack_gbps=populated,
+            fresh_direct_gbps=float(cpu["fresh_direct_gbps"]) if "fresh_direct_gbps" in cpu else None,
         )
     except KeyError as exc:
         raise ConfigError(str(p), str(exc).strip("'"), "missing") from None
@@ -270,6 +280,8 @@ def load_profile(path: str | Path) -> Profile:
         raise ConfigError(str(p), "cpu.settled_populate_share", f"must be >= 0, got {prof.settled_populate_share}")
     if prof.fresh_device_gbps < 0:
         raise ConfigError(str(p), "gpu.fresh_device_gbps", f"must be >= 0 (0: free), got {prof.fresh_device_gbps}")
+    if prof.fresh_direct_gbps is not None and prof.fresh_direct_gbps < 0:
+        raise ConfigError(str(p), "cpu.fresh_direct_gbps", f"must be >= 0 (0: free), got {prof.fresh_direct_gbps}")
     if prof.encode_direct_s is not None and prof.encode_direct_s < 0:
         raise ConfigError(str(p), "cpu.encode_direct_us", f"must be >= 0, got {prof.encode_direct_s * 1e6}")
     for key, v in (("contention.cpu_rate", prof.cpu_rate), ("contention.gpu_rate", prof.gpu_rate)):
@@ -407,6 +419,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             read_s = n.src_nbytes / (profile.source_read_gbps * GB) if profile.source_read_gbps > 0 else 0.0  # file pages' first read
             fresh_s = n.packed_nbytes / (profile.fresh_device_gbps * GB) if first_load and profile.fresh_device_gbps > 0 else 0.0
             if direct[i]:  # a copy or a host form, into fresh pages; the CPU faults them in
+                fresh_s = n.packed_nbytes / (profile.fresh_direct_rate * GB) if first_load and profile.fresh_direct_rate > 0 else 0.0
                 rate = profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load)
                 if first_load and profile.cpu_renderer and not prepack.direct_huge_pages:  # 4 KiB pages' first touch
                     rate = min(rate, profile.fresh_copy_gbps * GB)
