@@ -217,9 +217,9 @@ def _fresh_device_gbps(size_mb: int, rounds: int = 5, host_packed: bool = False)
 
     ``host_packed``: with the CPU writing every weight itself (``configs/fast-load.toml``,
     ``prepack.host_packing = "cpu-renderer"``; a CPU renderer), the profile's
-    ``fresh_direct_gbps``: SwiftShader's first loads of such weights pay next to nothing (Zen 4
-    host, synthetic:128, four runs of five fresh processes: 56, 169 GB/s and free twice, where
-    its ``fresh_device_gbps`` priced SmolLM2's first loads 13-17% slow), lavapipe's 7-72 GB/s."""
+    ``fresh_direct_gbps``: on the Zen 4 host (synthetic:128, seven runs of five fresh processes
+    each) SwiftShader's first loads paid 16-169 GB/s for such weights, nothing in two runs, where
+    its ``fresh_device_gbps`` (6.2) had priced SmolLM2's first loads 13-17% slow; lavapipe's 7-72."""
     from .bench import SETTLING_LOADS, load_in_subprocess
 
     config = str(CONFIG_DIR / "fast-load.toml") if host_packed else None
@@ -419,7 +419,7 @@ def _execute_rates(dev: Device, repeat: int, weight_nbytes: int) -> ExecuteRates
                     + (macs / (gmacs["q4_0"] * 1e9) if "q4_0" in gmacs else 0.0))
         predicted = work(*wb) / work(*wa)
         # where a's time is no more than its dispatches' (small weights on a busy host: the
-        # calibration test's 2 MiB, beside the other renderer's suite), no ratio was measured
+        # calibration test's 4 MiB, beside the other renderer's suite), no ratio was measured
         measured = (tb - db * linear_s) / (ta - da * linear_s) if min(ta - da * linear_s, tb - db * linear_s) > 0 \
             else predicted
         return measured, predicted, fb, gated
@@ -667,8 +667,7 @@ def contention(size_mb: int, rounds: int = 5) -> tuple[float, float]:
     the time it ran outside the overlap. Measured before with encode-like CPU work (copies and
     an interpreter loop) against a packing command buffer, lavapipe's CPU rate came out at
     0.72 on the Zen 4 host, where its loads' CPU work took as long per batch with the GPU packing
-    as without (synthetic:256, first loads, five fresh processes each: 8.50 against 8.64 ms;
-    its populating and file reads wait in the kernel, where the encode-like work computed).
+    as without (synthetic:256, first loads, five fresh processes each: 8.50 against 8.64 ms).
     1.0 each where nothing overlapped (a load of fewer than three batches)."""
     from .bench import python_in_subprocess
 

@@ -21,14 +21,15 @@ each mode holds), models the staging ring with the same reserve/retire rule as
   that memory is the process's own (``[gpu] fresh_device_gbps``: lavapipe's device memory is the
   process heap, so a fresh process faults it in): the GPU for what it packs, the CPU for what it
   writes straight (at ``[cpu] fresh_direct_gbps`` where the profile has it: SwiftShader's first
-  loads pay nothing for those; no faster than ``[cpu] fresh_copy_gbps`` where the plan leaves
-  those blocks on 4 KiB pages: scheduler.PrepackPlan.direct_huge_pages); where the plan populates the packing
-  shaders' buffers (scheduler.PrepackPlan.populates_destinations) on a CPU renderer, the CPU for
-  those too, as it gives a batch memory (``[cpu] populate_gbps``, ``populate_huge_gbps`` where
-  the plan advises them as huge pages: PrepackPlan.populated_huge_pages); a settled load pays
-  ``[cpu] settled_populate_share`` of that.
+  loads pay little for those; no faster than ``[cpu] fresh_copy_gbps`` where the plan leaves
+  those blocks on 4 KiB pages: scheduler.PrepackPlan.direct_huge_pages); where the plan
+  populates the packing shaders' buffers (scheduler.PrepackPlan.populates_destinations) on a
+  CPU renderer, the CPU for those too, as it gives a batch memory (``[cpu] populate_gbps``,
+  ``populate_huge_gbps`` where the plan advises them as huge pages:
+  PrepackPlan.populated_huge_pages); a settled load pays ``[cpu] settled_populate_share`` of that.
 - While both encode and pack at once, each runs at its profile rate (``[contention]``) of its
-  speed alone: below 1 where the GPU is the CPU's own cores (lavapipe), 1 for separate hardware.
+  speed alone: below 1 where the GPU is the CPU's own cores (lavapipe's packing, SwiftShader's
+  both), 1 for separate hardware.
 - Reduce-peak mode waits for every batch (plus fence latency); legacy is one batch.
 
 A profile (TOML, see profiles/) holds the device's parameters.
@@ -417,9 +418,9 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
         for i in rng:
             n = nodes[i]
             read_s = n.src_nbytes / (profile.source_read_gbps * GB) if profile.source_read_gbps > 0 else 0.0  # file pages' first read
-            fresh_s = n.packed_nbytes / (profile.fresh_device_gbps * GB) if first_load and profile.fresh_device_gbps > 0 else 0.0
+            fresh_rate = profile.fresh_direct_rate if direct[i] else profile.fresh_device_gbps
+            fresh_s = n.packed_nbytes / (fresh_rate * GB) if first_load and fresh_rate > 0 else 0.0
             if direct[i]:  # a copy or a host form, into fresh pages; the CPU faults them in
-                fresh_s = n.packed_nbytes / (profile.fresh_direct_rate * GB) if first_load and profile.fresh_direct_rate > 0 else 0.0
                 rate = profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load)
                 if first_load and profile.cpu_renderer and not prepack.direct_huge_pages:  # 4 KiB pages' first touch
                     rate = min(rate, profile.fresh_copy_gbps * GB)
