@@ -10,7 +10,7 @@ import datetime
 import os
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -100,6 +100,16 @@ def _source_read_gbps(nbytes: int) -> float:
     return nbytes / extra / 1e9 if extra > 1e-3 else 0.0
 
 
+def _alternating(once: Callable[[int], Any], few: int, many: int, repeat: int) -> list[tuple[Any, Any]]:
+    """``(once(few), once(many))`` taken one right after the other, ``2 * repeat`` times, after one
+    of each as a warm-up: the calibrations that price one more weight, dispatch or command buffer
+    as the difference between two loads of the same bytes (taken apart, the bytes' time drifts
+    more than that difference)."""
+    once(many)
+    once(few)
+    return [(once(few), once(many)) for _ in range(2 * repeat)]
+
+
 def _direct_writes(dev: Device, repeat: int, nbytes: int = 96 << 20,
                    counts: tuple[int, int] = (24, 384)) -> tuple[float, float] | None:
     """(CPU seconds per weight, GB/s of its bytes) for weights the CPU writes straight into
@@ -131,9 +141,7 @@ def _direct_writes(dev: Device, repeat: int, nbytes: int = 96 << 20,
                 return g.run_prepack().cpu_encode_s
 
         few, many = counts
-        once(many)
-        once(few)
-        pairs = [(once(few), once(many)) for _ in range(2 * repeat)]
+        pairs = _alternating(once, few, many, repeat)
     node_s = max(statistics.median((b - a) / (many - few) for a, b in pairs), 1e-6)
     t_few = statistics.median(a for a, _ in pairs)
     return node_s, nbytes / max(t_few - few * node_s, 1e-9) / 1e9
@@ -485,7 +493,7 @@ def batch_costs(repeat: int, weights: int = 48) -> tuple[float, float]:
     Run in fresh processes (:func:`_in_fresh_processes`), as the loads it prices are."""
     arrays = [np.random.default_rng(i).standard_normal((256, 1024), dtype=np.float32) for i in range(weights)]
 
-    def once(dev: Device, nodes: int) -> tuple[float, float, int]:
+    def once(nodes: int) -> tuple[float, float, int]:  # on ``dev`` (below)
         cfg = GraphConfig().replace(prepack__reduce_peak_memory=True, prepack__threshold_nodes=nodes,
                                     prepack__initial_threshold_nodes=nodes)
         with ComputeGraph(cfg, device=dev) as g:
@@ -496,10 +504,8 @@ def batch_costs(repeat: int, weights: int = 48) -> tuple[float, float]:
             return r.cpu_encode_s, r.load_s - r.cpu_encode_s - r.gpu_s, len(r.spans)
 
     with Device() as dev:
-        few, many = max(2, weights // 5), 1  # node thresholds: batches of about ten, of two
-        once(dev, many)
-        once(dev, few)
-        pairs = [(once(dev, few), once(dev, many)) for _ in range(2 * repeat)]
+        # node thresholds: batches of about ten, of two
+        pairs = _alternating(once, max(2, weights // 5), 1, repeat)
     per_batch = [[(b[k] - a[k]) / (b[2] - a[2]) for a, b in pairs] for k in (0, 1)]
     return max(statistics.median(per_batch[0]), 0.0), max(statistics.median(per_batch[1]), 0.0)
 
@@ -521,7 +527,7 @@ def node_costs(repeat: int, nbytes: int = 32 << 20,
     import mmap
     import tempfile
 
-    def once(dev: Device, size: int) -> tuple[float, float, int]:
+    def once(size: int) -> tuple[float, float, int]:  # on ``dev``, from ``f`` (below)
         rows = size // 4096
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         with ComputeGraph(GraphConfig(), device=dev) as g:
@@ -536,10 +542,7 @@ def node_costs(repeat: int, nbytes: int = 32 << 20,
     with tempfile.TemporaryFile() as f, Device() as dev:
         f.write(np.random.default_rng(4).standard_normal(nbytes // 4, dtype=np.float32).tobytes())
         f.flush()
-        few, many = sizes
-        once(dev, few)
-        once(dev, many)
-        pairs = [(once(dev, few), once(dev, many)) for _ in range(2 * repeat)]
+        pairs = _alternating(once, *sizes, repeat)
     per = [statistics.median((b[k] - a[k]) / max(b[2] - a[2], 1) for a, b in pairs) for k in (0, 1)]
     return max(per[0], 1e-6), max(per[1], 1e-7)
 
@@ -669,15 +672,9 @@ def contention(size_mb: int, rounds: int = 5) -> tuple[float, float]:
     0.72 on the Zen 4 host, where its loads' CPU work took as long per batch with the GPU packing
     as without (synthetic:256, first loads, five fresh processes each: 8.50 against 8.64 ms).
     1.0 each where nothing overlapped (a load of fewer than three batches)."""
-    from .bench import python_in_subprocess
-
     model = f"synthetic:{8 * size_mb}"
-
-    def run(alone: bool) -> tuple[float, ...]:
-        code = f"from vkgraph.tools import calibrate; print(calibrate.contention_batches({alone}, {model!r}))"
-        return ast.literal_eval(python_in_subprocess(["-c", code]).splitlines()[-1])
-
-    pairs = [(run(True), run(False)) for _ in range(rounds)]
+    pairs = [tuple(_in_fresh_processes(f"contention_batches({alone}, {model!r})", rounds=1) for alone in (True, False))
+             for _ in range(rounds)]
     med = statistics.median
     alone_cpu, alone_gpu = med(a[0] for a, _ in pairs), med(a[1] for a, _ in pairs)
     cpu, gpu, cpu_overlap, gpu_overlap = (med(b[k] for _, b in pairs) for k in range(4))
