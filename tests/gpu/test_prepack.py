@@ -54,6 +54,27 @@ def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
     np.testing.assert_array_equal(got, REFERENCE[packer](w).reshape(-1).view(np.uint8))
 
 
+@pytest.mark.parametrize("store64", [0, 1])
+@pytest.mark.parametrize("shape", [(3, 5), (9, 36), (64, 130), (130, 64)])
+def test_linear_4x4_stores_in_either_form(device, compiler, monkeypatch, store64, shape):
+    """linear_4x4's packing shader writes each block as four 16-byte vectors or, STORE64, two
+    32-byte vectors of 64-bit words (lavapipe at 512 bits picks it: Linear4x4Packer.device_defines):
+    the same bytes as numpy's, whichever the device would pick (STORE64 where it has shaderInt64)."""
+    from vkgraph.graph import packers
+
+    if store64 and not device.has_int64:
+        pytest.skip(f"{device.physical.name} has no shaderInt64")
+    monkeypatch.setattr(packers.Linear4x4Packer, "device_defines", lambda self, dev: {"STORE64": store64})
+    w = np.random.default_rng(len(shape) + shape[0]).standard_normal(shape).astype(np.float32)
+    with graph(device, compiler) as g:
+        dst = g.prepack_tensor(g.add_tensorref(w, "w"), "linear_4x4")
+        g.run_prepack()
+        got = g.read_tensor(dst)
+        stores = {dict(key[4]).get("STORE64") for key in g.kernels._kernels if key[0] == "pack_linear_4x4"}
+    assert stores == {store64}
+    np.testing.assert_array_equal(got, ref_linear_4x4(w).reshape(-1).view(np.uint8))
+
+
 @pytest.mark.parametrize("host_packing", ["never", "cpu-renderer"])
 @pytest.mark.parametrize("most", [1 << 20, 16 * KiB])
 def test_a_loads_weights_get_huge_pages_only_up_to_a_loads_limit(device, compiler, monkeypatch, most, host_packing):

@@ -58,7 +58,7 @@ class PrepackNode:
     def kernel(self, graph: ComputeGraph, texel: bool = False) -> Kernel:
         p = self.packer
         return graph.kernels.get(p.shader, packer_bindings(p, texel), p.push_nbytes, {0: PACK_LOCAL_SIZE},
-                                 p.defines | {"TEXEL": int(texel)})
+                                 p.defines | p.device_defines(graph.device) | {"TEXEL": int(texel)})
 
     def windows(self, graph: ComputeGraph) -> list[tuple[int, int] | None]:
         """The packing dispatches: one (None) when source and destination fit one binding,

@@ -124,6 +124,9 @@ class Device(VkObject):
         if "VK_KHR_portability_subset" in physical.extensions:
             extensions.append("VK_KHR_portability_subset")  # required when present (VUID-VkDeviceCreateInfo-pProperties-04451)
 
+        #: shaders may use 64-bit integers (the feature enabled where the device has it)
+        self.has_int64 = bool(call(vk.vkGetPhysicalDeviceFeatures, physical.handle).shaderInt64)
+        features = vk.VkPhysicalDeviceFeatures(shaderInt64=int(self.has_int64))
         queue_info = vk.VkDeviceQueueCreateInfo(
             queueFamilyIndex=self.queue_family_index, queueCount=1, pQueuePriorities=[1.0]
         )
@@ -131,6 +134,7 @@ class Device(VkObject):
             pNext=timeline,
             pQueueCreateInfos=[queue_info],
             ppEnabledExtensionNames=extensions,
+            pEnabledFeatures=features,
         )
         handle = call(vk.vkCreateDevice, physical.handle, create_info, None)
         self.handle = handle
