@@ -59,7 +59,7 @@ def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
 def test_linear_4x4_stores_in_either_form(device, compiler, monkeypatch, store64, shape):
     """linear_4x4's packing shader writes each block as four 16-byte vectors or, STORE64, two
     32-byte vectors of 64-bit words (lavapipe at 512 bits picks it: Linear4x4Packer.device_defines):
-    the same bytes as numpy's, whichever the device would pick (STORE64 where it has shaderInt64)."""
+    the same bytes as numpy's in either form (STORE64 only on devices with shaderInt64)."""
     from vkgraph.graph import packers
 
     if store64 and not device.has_int64:
