@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import struct
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any, Callable, ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from ..errors import PrepackMismatchError
 from ..ggml import BLOCK_WEIGHTS, FORMATS
-from ..runtime.device import host_cores
+from ..runtime.device import Device, host_cores
 from .values import TEXTURE_LAYOUTS, Tensor, TensorRef, gather_params
 
 
@@ -58,9 +58,8 @@ class Packer:
     #: whether :meth:`pack_host` can pack on the CPU (straight into host-visible device memory)
     host_form: ClassVar[bool] = False
 
-    def device_defines(self, device: Any) -> dict[str, object]:
-        """The packing shader's defines that depend on the device (``device``: a runtime Device,
-        or a simulation's stand-in)."""
+    def device_defines(self, device: Device) -> dict[str, object]:
+        """The packing shader's defines that depend on the device its pipeline is made for."""
         return {}
 
     def texel_source(self, src: TensorRef) -> bool:
@@ -202,13 +201,12 @@ class Linear4x4Packer(_Words2D):
     def texel_source(self, src: TensorRef) -> bool:
         return src.shape[1] % 4 == 0  # a block row's 4 words are one texel
 
-    def device_defines(self, device: Any) -> dict[str, object]:
+    def device_defines(self, device: Device) -> dict[str, object]:
         # STORE64 (glsl/pack_linear_4x4.glsl): a block in two 32-byte stores of 64-bit words, on
         # lavapipe at 512 bits (16 lanes), which stores lane by lane, a store per component; at
         # 256 bits the four 16-byte stores ran faster (calibrate.pack_gbps, Intel Xeon host, five
         # fresh processes each: 512 bits 1.103 against 0.838 GB/s, 256 bits 1.325 against 1.673)
-        return {"STORE64": int(getattr(device, "is_cpu", False) and getattr(device, "has_int64", False)
-                               and getattr(device, "simd_width", 0) >= 16)}
+        return {"STORE64": int(device.is_cpu and device.has_int64 and device.simd_width >= 16)}
 
     def push_constants(self, src: TensorRef) -> bytes:
         return struct.pack("<II", *src.shape)

@@ -124,8 +124,8 @@ class Device(VkObject):
         if "VK_KHR_portability_subset" in physical.extensions:
             extensions.append("VK_KHR_portability_subset")  # required when present (VUID-VkDeviceCreateInfo-pProperties-04451)
 
-        #: shaders may use 64-bit integers (the feature enabled where the device has it)
-        self.has_int64 = bool(call(vk.vkGetPhysicalDeviceFeatures, physical.handle).shaderInt64)
+        #: shaders may use 64-bit integers (PhysicalDevice.supports_int64: the feature enabled)
+        self.has_int64 = physical.supports_int64
         features = vk.VkPhysicalDeviceFeatures(shaderInt64=int(self.has_int64))
         queue_info = vk.VkDeviceQueueCreateInfo(
             queueFamilyIndex=self.queue_family_index, queueCount=1, pQueuePriorities=[1.0]

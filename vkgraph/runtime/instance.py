@@ -442,6 +442,8 @@ class PhysicalDevice:
         self.host_visible_memory_type = self._host_visible_device_local_type()
 
         self.supports_timeline_semaphore = self._timeline_semaphore_feature()
+        #: shaders may use 64-bit integers (Device enables the feature where it is present)
+        self.supports_int64 = bool(call(vk.vkGetPhysicalDeviceFeatures, handle).shaderInt64)
 
     def _read_properties2(self) -> None:
         chain = []

@@ -778,7 +778,8 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
     raw = {**rates, "fresh_device_gbps": fresh_device, "fresh_direct_gbps": fresh_direct,
            "settled_populate_share": settled_populate, "execute": dataclasses.asdict(execute),
            "source_read_gbps": source_read, "submit_s": submit_s, "fence_latency_s": fence_s,
-           "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "settled_direct_gbps": settled_direct, "dispatch_s": dispatch_s, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
+           "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "settled_direct_gbps": settled_direct,
+           "dispatch_s": dispatch_s, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
     return profile, raw
 
 
