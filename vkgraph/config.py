@@ -26,7 +26,7 @@ from .errors import ConfigError
 from .paths import DEFAULT_CONFIG
 
 # Kinds of values, for validation and for parsing environment strings.
-NBYTES, COUNT, BOOL, TEXT, REDUCE, CHOICE = "nbytes", "count", "bool", "text", "reduce", "choice"
+NBYTES, COUNT, BOOL, TEXT, AUTO, CHOICE = "nbytes", "count", "bool", "text", "auto", "choice"  # AUTO: true, false or "auto"
 NUMERIC = (NBYTES, COUNT)
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
@@ -60,7 +60,7 @@ def _coerce(kind: str, value: Any, from_env: bool, choices: tuple[str, ...] = ()
         if value < 0:
             raise ValueError(f"must be >= 0, got {value}")
         return value
-    if kind in (BOOL, REDUCE):
+    if kind in (BOOL, AUTO):
         if from_env and isinstance(value, str):
             v = value.strip().lower()
             if v in ("1", "true", "yes", "on"):
@@ -69,9 +69,9 @@ def _coerce(kind: str, value: Any, from_env: bool, choices: tuple[str, ...] = ()
                 return False
         if isinstance(value, bool):
             return value
-        if kind == REDUCE and value == "auto":
+        if kind == AUTO and value == "auto":
             return "auto"
-        allowed = 'true, false or "auto"' if kind == REDUCE else "true or false"
+        allowed = 'true, false or "auto"' if kind == AUTO else "true or false"
         raise ValueError(f"must be {allowed}, got {value!r}")
     if kind == TEXT:
         if not isinstance(value, str):
@@ -133,9 +133,10 @@ class PrepackConfig:
     threshold_nodes: int = _key(COUNT, "prepack.threshold_nodes")
     initial_threshold_nodes: int = _key(COUNT, "prepack.initial_threshold_nodes")
     staging_ring_nbytes: int = _key(NBYTES, "prepack.staging_ring_nbytes")
-    reduce_peak_memory: bool | str = _key(REDUCE, "prepack.reduce_peak_memory")  # True, False or "auto"
+    reduce_peak_memory: bool | str = _key(AUTO, "prepack.reduce_peak_memory")  # True, False or "auto"
     auto_reduce_above_nbytes: int = _key(NBYTES, "prepack.auto_reduce_above_nbytes")
     host_packing: str = _key(CHOICE, "prepack.host_packing", ("never", "cpu-renderer"))
+    populate_destinations: bool | str = _key(AUTO, "prepack.populate_destinations")  # True, False or "auto"
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,8 @@ def test_validate_warns_of_a_profile_measured_under_another_name(device, tmp_pat
     import re
 
     from vkgraph.cli.simulate import _validate_profile
-    from vkgraph.tools.simulate import host_cpu, load_profile, shipped_profile
+    from vkgraph.runtime.instance import host_cpu
+    from vkgraph.tools.simulate import load_profile, shipped_profile
 
     host = host_cpu() if device.is_cpu else ""
     shipped = shipped_profile(device.renderer, device.name, host)

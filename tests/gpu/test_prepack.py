@@ -82,7 +82,8 @@ def test_a_loads_weights_get_huge_pages_only_up_to_a_loads_limit(device, compile
     weights the CPU writes itself, and those a staged load populates for its packing shaders, are
     advised as huge pages while the load's weights stay within HUGE_PAGES_UP_TO_NBYTES (here
     1 MiB or 16 KiB, against 3 x 8 KiB), on 4 KiB pages beyond it (the advice acts on CPU
-    renderers only). The weights are right either way."""
+    renderers only; populating as prepack.populate_destinations = true). The weights are right
+    either way."""
     import vkgraph.graph.allocation as allocation
     import vkgraph.graph.scheduler as scheduler
 
@@ -97,7 +98,7 @@ def test_a_loads_weights_get_huge_pages_only_up_to_a_loads_limit(device, compile
     monkeypatch.setattr(allocation, "allocate_block", spy)
     rng = np.random.default_rng(most)
     ws = [rng.standard_normal((32, 64)).astype(np.float32) for _ in range(3)]
-    with graph(device, compiler, prepack__host_packing=host_packing) as g:
+    with graph(device, compiler, prepack__host_packing=host_packing, prepack__populate_destinations=True) as g:
         dsts = [g.prepack_tensor(g.add_tensorref(w, f"w{i}"), "linear_4x4") for i, w in enumerate(ws)]
         report = g.run_prepack()
         for w, dst in zip(ws, dsts):
@@ -108,32 +109,38 @@ def test_a_loads_weights_get_huge_pages_only_up_to_a_loads_limit(device, compile
     assert all(huge == (most > 3 * 8 * KiB) for huge, _ in advised)
 
 
+@pytest.mark.parametrize("populate", ["auto", True, False])
 @pytest.mark.parametrize("mode", ["staged", "legacy", "reduce-peak"])
-def test_the_report_counts_the_time_spent_populating(device, compiler, monkeypatch, mode):
+def test_the_report_counts_the_time_spent_populating(device, compiler, monkeypatch, mode, populate):
     """LoadReport.populate_s: the seconds of cpu_encode_s that made the pages of the memory
     blocks a staged load on a CPU renderer populates for its packing shaders (each block's
-    MemoryBlock.populate_s; none in other modes or on a GPU). The weights are right."""
+    MemoryBlock.populate_s; none in other modes, on a GPU, or where prepack.populate_destinations
+    says not to: "auto" as scheduler.populates has it for this device and host). The weights are
+    right."""
+    from vkgraph.graph.scheduler import populates as device_populates
+    from vkgraph.runtime.instance import host_cpu
     import vkgraph.runtime.memory as memory
 
     calls = []
-    populate = memory.populate_pages
+    populate_pages = memory.populate_pages
 
     def slow_populate(mapping):
         calls.append(len(mapping))
         time.sleep(0.01)  # a measurable time per block
-        populate(mapping)
+        populate_pages(mapping)
 
     monkeypatch.setattr(memory, "populate_pages", slow_populate)
     rng = np.random.default_rng(7)
     ws = [rng.standard_normal((32, 64)).astype(np.float32) for _ in range(3)]
     with graph(device, compiler, prepack__initial_threshold_nbytes=8 * KiB, prepack__threshold_nbytes=8 * KiB,
-               prepack__reduce_peak_memory=mode == "reduce-peak") as g:
+               prepack__reduce_peak_memory=mode == "reduce-peak", prepack__populate_destinations=populate) as g:
         dsts = [g.prepack_tensor(g.add_tensorref(w, f"w{i}"), "linear_4x4") for i, w in enumerate(ws)]
         report = g.run_prepack() if mode != "legacy" else (g.encode_prepack(), g.prepack())[1]
         for w, dst in zip(ws, dsts):
             np.testing.assert_array_equal(g.read_tensor(dst), ref_linear_4x4(w).reshape(-1).view(np.uint8))
     assert report.mode == mode
-    populates = mode == "staged" and device.is_cpu and device.host_visible_device_local
+    told = device_populates(g.config, device.renderer, device.simd_width, host_cpu() if device.is_cpu else "")
+    populates = mode == "staged" and told and device.is_cpu and device.host_visible_device_local
     assert len(calls) == (report.submits if populates else 0)  # a block a batch
     assert (report.populate_s >= 0.01 * len(calls)) if populates else report.populate_s == 0
     assert report.populate_s <= report.cpu_encode_s

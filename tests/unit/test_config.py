@@ -68,6 +68,7 @@ def test_sizes(tmp_path, text, bytes_):
         ("[prepack]\nthreshold_nodes = 1.5\n", "prepack.threshold_nodes", "must be an integer, got 1.5"),
         ("[execute]\nmax_cmds = -3\n", "execute.max_cmds", "must be >= 0, got -3"),
         ('[prepack]\nreduce_peak_memory = "sometimes"\n', "prepack.reduce_peak_memory", 'must be true, false or "auto"'),
+        ("[prepack]\npopulate_destinations = 1\n", "prepack.populate_destinations", 'must be true, false or "auto"'),
         ('[device]\nvalidation = "yes"\n', "device.validation", "must be true or false"),
         ("[device]\nprefer = 3\n", "device.prefer", "must be a string, got 3"),
         ('[graph]\nstorage = "texture2d"\n', "graph.storage", "must be one of '', 'buffer', 'texture3d'"),

@@ -3,9 +3,12 @@ import pytest
 from vkgraph.config import GraphConfig
 from vkgraph.graph.nodes import grid_groups
 from vkgraph.graph.scheduler import (
+    UNPOPULATED_DEVICES,
     PrepackThresholds,
     batches,
     execute_cut_points,
+    plan_prepack,
+    populates,
     prepack_cut_points,
     reduce_peak_memory,
 )
@@ -84,6 +87,22 @@ def test_batches_cover_every_node_once():
 def test_reduce_peak_memory_modes(mode, total, expected):
     cfg = GraphConfig().replace(prepack__reduce_peak_memory=mode)
     assert reduce_peak_memory(cfg, total) is expected
+
+
+@pytest.mark.parametrize("choice", ["auto", True, False])
+def test_a_devices_staged_loads_populate_unless_it_is_listed_or_told_not_to(choice):
+    """prepack.populate_destinations: "auto" populates the packing shaders' memory in staged loads
+    except on the devices of UNPOPULATED_DEVICES; true and false hold everywhere. Only staged
+    loads populate at all."""
+    cfg = GraphConfig().replace(prepack__populate_destinations=choice)
+    listed = next(iter(UNPOPULATED_DEVICES))
+    others = [("lavapipe", 8, listed[2]), ("swiftshader", 4, listed[2]), ("lavapipe", 16, "AuthenticAMD family 25 model 17"),
+              ("lavapipe", 16, ""), ("nvidia", 0, "")]
+    assert populates(cfg, *listed) is (choice is True)
+    assert all(populates(cfg, *d) is (choice in ("auto", True)) for d in others)
+    for populate in (True, False):
+        plans = [plan_prepack(m, [64], 16, cfg, populate=populate) for m in ("staged", "reduce-peak", "legacy")]
+        assert [p.populates_destinations for p in plans] == [populate, False, False]
 
 
 def test_execute_cut_points():

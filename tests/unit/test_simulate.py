@@ -149,12 +149,14 @@ def test_shipped_profile_of_several_of_a_name_is_the_one_of_this_processor(tmp_p
     (tmp_path / "lavapipe.toml").unlink()  # none without a processor: one of another processor
     assert sim.shipped_profile("lavapipe", name, "GenuineIntel family 6 model 143") == tmp_path / "a-zen4.toml"
 
+    from vkgraph.runtime.instance import host_cpu
+
     info = tmp_path / "cpuinfo"  # the first processor's block is the one read
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n\n"
                     "processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n")
-    assert sim.host_cpu(str(info)) == "AuthenticAMD family 25 model 17"
+    assert host_cpu(str(info)) == "AuthenticAMD family 25 model 17"
     info.write_text("processor\t: 0\nCPU implementer\t: 0x41\n")  # no vendor, family, model (Arm)
-    assert sim.host_cpu(str(info)) == "" and sim.host_cpu(str(tmp_path / "none")) == ""
+    assert host_cpu(str(info)) == "" and host_cpu(str(tmp_path / "none")) == ""
 
 
 def test_every_shipped_profile_loads_and_names_its_device():
@@ -359,6 +361,33 @@ def test_a_staged_first_load_on_a_cpu_renderer_populates_the_packing_shaders_mem
         before, after = simulate(ns, GraphConfig(), p, mode), simulate(ns, GraphConfig(), p, mode, first_load=True)
         assert after.gpu_s - before.gpu_s == pytest.approx(packed / 0.5e9)
         assert after.cpu_encode_s == pytest.approx(before.cpu_encode_s)
+
+
+def test_a_device_that_does_not_populate_is_priced_with_the_shaders_first_stores():
+    """scheduler.populates: a staged first load on a device of UNPOPULATED_DEVICES (the profile's
+    renderer, SIMD width and host_cpu), or with ``prepack.populate_destinations = false``, leaves
+    the pages to the packing shaders: the CPU pays nothing for them, the GPU packs at
+    ``pack_gbps`` and faults them in at ``fresh_device_gbps``, as in a reduce-peak load."""
+    from vkgraph.graph.scheduler import UNPOPULATED_DEVICES
+
+    renderer, lanes, host = next(iter(UNPOPULATED_DEVICES))
+    nodes = nodes_of([4096] * 3 + [8192])
+    packed = 3 * 4096 + 8192
+    cpu = dataclasses.replace(PROFILE, cpu_renderer=True, fresh_device_gbps=0.5, populate_gbps=0.25, cpu_rate=1.0,
+                              gpu_rate=1.0, pack_gbps={**PROFILE.pack_gbps, "linear_4x4": 1.0},
+                              populated_pack_gbps={"default": 4.0}, renderer=renderer, simd_width=lanes)
+    settled = simulate(nodes, GraphConfig(), cpu, "staged")
+    listed = dataclasses.replace(cpu, host_cpu=host)
+    told = GraphConfig().replace(prepack__populate_destinations=False)
+    for p, cfg in ((listed, GraphConfig()), (cpu, told)):
+        first = simulate(nodes, cfg, p, "staged", first_load=True)
+        assert first.cpu_encode_s == pytest.approx(simulate(nodes, cfg, p, "staged").cpu_encode_s)
+        assert first.gpu_s - settled.gpu_s == pytest.approx(packed / 1e9 - packed / 4e9 + packed / 0.5e9)
+    # the same device told to populate, and another host's, populate as before
+    for p, cfg in ((listed, GraphConfig().replace(prepack__populate_destinations=True)), (cpu, GraphConfig())):
+        first = simulate(nodes, cfg, p, "staged", first_load=True)
+        assert first.cpu_encode_s - settled.cpu_encode_s == pytest.approx(packed / 0.25e9)
+        assert first.gpu_s == pytest.approx(settled.gpu_s)
 
 
 def test_packing_into_populated_memory_is_priced_at_its_own_rate():

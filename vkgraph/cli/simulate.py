@@ -40,7 +40,8 @@ def _validate_profile(args: argparse.Namespace) -> str:
     processor than this host's, where the profile names it."""
     from ..errors import ConfigError
     from ..runtime import Device
-    from ..tools.simulate import host_cpu, load_profile, shipped_profile
+    from ..runtime.instance import host_cpu
+    from ..tools.simulate import load_profile, shipped_profile
 
     with Device(args.device) as dev:
         renderer, name, host = dev.renderer, dev.name, host_cpu() if dev.is_cpu else ""

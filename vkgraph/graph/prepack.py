@@ -32,9 +32,10 @@ from ..runtime import (
     TimestampQueryPool,
     host_clock_offset_ns,
 )
+from ..runtime.instance import host_cpu
 from .nodes import PrepackNode, packer_bindings
 from .report import CommandBufferSpan, LoadReport
-from .scheduler import PrepackPlan, plan_prepack, run_prepack_mode
+from .scheduler import PrepackPlan, plan_prepack, populates, run_prepack_mode
 from .staging import StagingRegion, StagingRing
 from .values import Tensor, TensorRef
 
@@ -370,9 +371,11 @@ class Prepacker:
         hits = self.cache.lookup(skip=in_place) if self.cache else {}
         nodes = [n for i, n in enumerate(g.prepack_nodes) if i not in hits and i not in in_place]
         dsts = [g.values[n.dst] for n in nodes]
+        dev = g.device
         plan = plan_prepack(mode, [n.staging_nbytes(g) for n in nodes], g.staging_alignment, g.config,
                             sum(t.nbytes for n, t in zip(nodes, dsts) if n.direct),
-                            sum(t.nbytes for n, t in zip(nodes, dsts) if not n.direct and t.storage == "buffer"))
+                            sum(t.nbytes for n, t in zip(nodes, dsts) if not n.direct and t.storage == "buffer"),
+                            populates(g.config, dev.renderer, dev.simd_width, host_cpu() if dev.is_cpu else ""))
         run = PrepackRun(g, plan, nodes, hits, progress, t0, self.read_done, len(self.cache.keys) if self.cache else 0)
         try:
             for i in in_place:

@@ -25,6 +25,28 @@ MODES = ("legacy", "staged", "reduce-peak")
 #: pages loaded 86-92 MiB of weights faster (SmolLM2, MiniLM) and 244 MiB or more slower
 #: (synthetic:256 and :512).
 HUGE_PAGES_UP_TO_NBYTES = 128 << 20
+#: CPU renderers whose staged loads leave the pages of a packing shader's buffers to its first
+#: stores (PrepackPlan.populates_destinations, with ``prepack.populate_destinations = "auto"``),
+#: as (renderer, SIMD lanes, host_cpu()). There a shader's page fault costs less than populating
+#: (a pass of the CPU over the pages, on the cores the packing threads run on): the profile
+#: measured there packs faster into fresh pages than into populated ones and prices the faults
+#: at 17.9 GB/s (profiles/lavapipe-xeon.toml), and a load's GPU time fell with populating off
+#: (synthetic:512 0.693 -> 0.551 s, its CPU time 0.542 -> 0.257). Staged first loads on that host
+#: (lavapipe at 512 bits, 2026-11-29, fresh processes alternating, medians), populated against
+#: not: synthetic:512 0.741 -> 0.566 s, 0.768 -> 0.600 and 0.703 -> 0.582 in three runs (copy
+#: floor 0.28), synthetic:256 0.366 -> 0.310, MiniLM 0.087 -> 0.075 and 0.077 -> 0.069.
+#: SwiftShader on that host packs faster into populated pages (synthetic:512 0.523 against
+#: 0.553 s), as both renderers do on the Zen 4 host (lavapipe at 512 bits 0.542 against 0.645).
+UNPOPULATED_DEVICES = frozenset({("lavapipe", 16, "GenuineIntel family 6 model 207")})
+
+
+def populates(cfg: GraphConfig, renderer: str, simd_width: int, host: str) -> bool:
+    """Whether staged loads on this CPU renderer populate the packing shaders' buffers
+    (``prepack.populate_destinations``; "auto": unless the device is in UNPOPULATED_DEVICES)."""
+    choice = cfg.prepack.populate_destinations
+    if choice == "auto":
+        return (renderer, simd_width, host) not in UNPOPULATED_DEVICES
+    return bool(choice)
 
 
 def align_up(n: int, a: int) -> int:
@@ -124,6 +146,7 @@ class PrepackPlan:
     staging_capacity: int
     direct_nbytes: int = 0  # device memory of the weights the CPU writes itself (packers.packs_on_host)
     packed_nbytes: int = 0  # buffer memory of the weights the GPU writes (packing shaders, copies)
+    populate: bool = True  # a staged load populates the packing shaders' buffers (populates())
 
     @property
     def waits_each_batch(self) -> bool:
@@ -178,15 +201,16 @@ class PrepackPlan:
         the shader first stores to (synthetic:512's staged first loads on a Zen 4 host, lavapipe at
         512 bits, medians: 0.645 -> 0.542 s, the packing's GPU time 0.601 -> 0.443 s). Staged only:
         legacy and reduce-peak would make them with nothing to overlap (legacy loads of
-        synthetic:512 in a trial: 0.433 -> 0.620 s)."""
-        return self.mode == "staged"
+        synthetic:512 in a trial: 0.433 -> 0.620 s); and not where ``populate`` is off
+        (populates(): UNPOPULATED_DEVICES)."""
+        return self.mode == "staged" and self.populate
 
 
 def plan_prepack(mode: str, staging_nbytes: Sequence[int], alignment: int, cfg: GraphConfig,
-                 direct_nbytes: int = 0, packed_nbytes: int = 0) -> PrepackPlan:
+                 direct_nbytes: int = 0, packed_nbytes: int = 0, populate: bool = True) -> PrepackPlan:
     """The plan of a prepack in ``mode`` of nodes staging these bytes (each node's staging
     starts at a multiple of ``alignment``), writing ``direct_nbytes`` of weights from the CPU and
-    ``packed_nbytes`` of buffers from the GPU."""
+    ``packed_nbytes`` of buffers from the GPU; ``populate``: populates() for the device."""
     if mode not in MODES:
         raise ValueError(f"prepack mode must be one of {', '.join(MODES)}, not {mode!r}")
     cuts = [] if mode == "legacy" else prepack_cut_points(staging_nbytes, PrepackThresholds.from_config(cfg))
@@ -199,7 +223,7 @@ def plan_prepack(mode: str, staging_nbytes: Sequence[int], alignment: int, cfg: 
         capacity = max(batch_nbytes, default=0)
     else:
         capacity = min(cfg.resolved.prepack.staging_ring_nbytes, total)
-    return PrepackPlan(mode, plan, batch_nbytes, capacity, direct_nbytes, packed_nbytes)
+    return PrepackPlan(mode, plan, batch_nbytes, capacity, direct_nbytes, packed_nbytes, populate)
 
 
 def execute_cut_points(node_count: int, cfg: GraphConfig) -> list[int]:

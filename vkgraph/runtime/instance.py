@@ -200,6 +200,16 @@ def cpu_fields(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
     return fields
 
 
+def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """This machine's processor as a CPU renderer's profile records it (``[device] host_cpu``):
+    vendor, family and model of ``cpuinfo``'s first processor ("AuthenticAMD family 25 model
+    17"); "" where that cannot be read."""
+    fields = cpu_fields(cpuinfo)
+    if not all(k in fields for k in ("vendor_id", "cpu family", "model")):
+        return ""
+    return f"{fields['vendor_id']} family {fields['cpu family']} model {fields['model']}"
+
+
 def _wide_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this host has AVX-512 at full width (not on HALF_WIDTH_AVX512's processors)."""
     fields = cpu_fields(cpuinfo)

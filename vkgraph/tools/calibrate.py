@@ -9,7 +9,9 @@ import dataclasses
 import datetime
 import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -23,7 +25,8 @@ from ..graph.scheduler import HUGE_PAGES_UP_TO_NBYTES
 from ..graph.values import ArraySource, TensorRef
 from ..paths import CONFIG_DIR, user_cache_dir
 from ..runtime import Buffer, Device, MemoryKind, allocate_block
-from .simulate import Profile, host_cpu, load_profile, model_nodes, simulate
+from ..runtime.instance import host_cpu
+from .simulate import Profile, load_profile, model_nodes, simulate
 from .simulate_run import ExecuteRates, linear_terms, waves_factor
 
 
@@ -579,14 +582,18 @@ def _settled_populate_share(size_mb: int, rounds: int = 3) -> float:
     the first, the median over ``rounds`` processes. About 1 on SwiftShader, whose device memory
     is mapped anew for every load (a synthetic:256 load's 79-84 ms in each of five loads of a
     process), less on lavapipe, whose loads from the third on get pages the last one freed
-    (synthetic:256: 95, 106, 36, 15 and 10 ms; synthetic:128: 0.40 of the first's)."""
+    (synthetic:256: 95, 106, 36, 15 and 10 ms; synthetic:128: 0.40 of the first's). The loads
+    populate whatever the device's choice (``prepack.populate_destinations = true``)."""
     from .bench import SETTLING_LOADS, load_in_subprocess
 
     shares = []
-    for _ in range(rounds):
-        loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "staged", None, SETTLING_LOADS + 2, check="last")
-        first = loads[0]["populate_s"]
-        shares.append(statistics.median(r["populate_s"] for r in loads[SETTLING_LOADS:]) / first if first > 0 else 0.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "populate.toml"
+        config.write_text("[prepack]\npopulate_destinations = true\n")
+        for _ in range(rounds):
+            loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "staged", str(config), SETTLING_LOADS + 2, check="last")
+            first = loads[0]["populate_s"]
+            shares.append(statistics.median(r["populate_s"] for r in loads[SETTLING_LOADS:]) / first if first > 0 else 0.0)
     return statistics.median(shares)
 
 

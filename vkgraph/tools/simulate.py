@@ -48,10 +48,9 @@ from ..errors import ConfigError
 from ..graph.allocation import BLOCK_NBYTES
 from ..graph.compute_graph import ComputeGraph
 from ..graph.packers import get_packer, packs_on_host
-from ..graph.scheduler import align_up, plan_prepack, run_prepack_mode
+from ..graph.scheduler import align_up, plan_prepack, populates, run_prepack_mode
 from ..models.registry import open_model
 from ..paths import PROFILE_DIR
-from ..runtime.instance import cpu_fields
 from .simulate_run import ExecuteRates, parse_execute
 
 GB = 1e9
@@ -182,16 +181,6 @@ class Profile:
             later = self.settled_direct_gbps or fresh
             return (min(fresh, later) if first_load or nbytes > BLOCK_NBYTES else later) * GB
         return self.host_pack_gbps.get(packer, self.host_pack_gbps.get("default", self.fresh_copy_gbps)) * GB
-
-
-def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """This machine's processor as a CPU renderer's profile records it (``[device] host_cpu``):
-    vendor, family and model of ``cpuinfo``'s first processor ("AuthenticAMD family 25 model
-    17"); "" where that cannot be read."""
-    fields = cpu_fields(cpuinfo)
-    if not all(k in fields for k in ("vendor_id", "cpu family", "model")):
-        return ""
-    return f"{fields['vendor_id']} family {fields['cpu family']} model {fields['model']}"
 
 
 def shipped_profile(renderer: str, device_name: str | None = None, host: str | None = None) -> Path | None:
@@ -396,12 +385,13 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
     sizes = [0 if d else n.src_nbytes for n, d in zip(nodes, direct)]
     prepack = plan_prepack(mode, sizes, profile.staging_alignment, cfg,
                            sum(n.packed_nbytes for n, d in zip(nodes, direct) if d),
-                           sum(n.packed_nbytes for n, d in zip(nodes, direct) if not d and not n.texture))
+                           sum(n.packed_nbytes for n, d in zip(nodes, direct) if not d and not n.texture),
+                           populates(cfg, profile.renderer, profile.simd_width, profile.host_cpu))
     plan, batch_nbytes = prepack.batches, prepack.batch_nbytes
     ring = RingModel(prepack.staging_capacity, profile.staging_alignment) if sum(batch_nbytes) else None
     touched = 0  # staging bytes already first-touched (the ring reuses them)
-    # The plan populates what the packing shaders write (every staged load on a CPU renderer): the
-    # CPU makes those pages, all of a first load's and settled_populate_share of a later one's,
+    # The plan populates what the packing shaders write (staged loads on a CPU renderer, but those
+    # of scheduler.UNPOPULATED_DEVICES): the CPU makes those pages, all of a first load's and settled_populate_share of a later one's,
     # and the shaders store into them.
     populated = prepack.populates_destinations and profile.cpu_renderer
     populate_share = 1.0 if first_load else profile.settled_populate_share or 0.0
