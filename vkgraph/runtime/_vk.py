@@ -75,6 +75,31 @@ _UNLISTED_RESULTS = {
 }
 
 
+def _result_names() -> dict[int, str]:
+    """VkResult code -> name, for :func:`check` (status codes and errors only: other enums share
+    the numbers)."""
+    if not _BINDING_ERRORS:
+        return {}
+    names = {code: name for name, code in vars(vk).items()
+             if isinstance(code, int) and name.startswith("VK_ERROR_") and code < 0}
+    names.update({getattr(vk, n): n for n in ("VK_NOT_READY", "VK_TIMEOUT", "VK_EVENT_SET", "VK_EVENT_RESET",
+                                              "VK_INCOMPLETE") if isinstance(getattr(vk, n, None), int)})
+    return {**names, **{code: name for code, name in _UNLISTED_RESULTS.items()}}
+
+
+_RESULT_NAMES = _result_names()
+
+
+def check(result: int, call_name: str, detail: str = "") -> None:
+    """Raise the vkgraph error for a ``VkResult`` other than VK_SUCCESS, as :func:`call` does for
+    the binding's functions. For the hot paths that call ``lib`` directly with structs made by
+    ``ffi.new`` (a packing node's descriptor set, texel view and recording): the binding's
+    wrappers cost about 3 us a call and 20 us a struct, most of a node's encoding."""
+    if result:
+        name = _RESULT_NAMES.get(result, f"VkResult {result}")
+        raise _ERROR_CLASS.get(name, VulkanError)(call_name, name, detail)
+
+
 def result_name(exc_class: type) -> str:
     """``VkErrorOutOfDeviceMemory`` -> ``VK_ERROR_OUT_OF_DEVICE_MEMORY``."""
     words = re.findall(r"[A-Z][a-z0-9]*", exc_class.__name__)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ..errors import CommandBufferStateError
-from ._vk import call, pinned, vk
+from ._vk import call, ffi, lib, pinned, vk
 from .device import Device
 from .handle import VkObject
 from .sync import DEFAULT_TIMEOUT_S, Fence
@@ -179,14 +179,16 @@ class CommandBuffer(VkObject):
             raise CommandBufferStateError(f"cannot record: command buffer is {self._state.value}, needs recording")
         return self.handle
 
+    # The commands a dispatch records call lib directly (a packing node records one each: the
+    # binding's wrappers cost about 3 us a call, _vk.check).
     def bind_pipeline(self, pipeline: ComputePipeline) -> None:
-        vk.vkCmdBindPipeline(self._recording(), vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
+        lib.vkCmdBindPipeline(self._recording(), vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
 
     def bind_descriptor_sets(self, layout: PipelineLayout, sets: Sequence[DescriptorSet], first: int = 0) -> None:
-        handles = [s.handle for s in sets]
-        vk.vkCmdBindDescriptorSets(
+        handles = ffi.new("VkDescriptorSet[]", [s.handle for s in sets])
+        lib.vkCmdBindDescriptorSets(
             self._recording(), vk.VK_PIPELINE_BIND_POINT_COMPUTE, layout.handle, first,
-            len(handles), handles, 0, None,
+            len(sets), handles, 0, ffi.NULL,
         )
 
     def push_constants(self, layout: PipelineLayout, data: bytes | np.ndarray, offset: int = 0) -> None:
@@ -198,8 +200,9 @@ class CommandBuffer(VkObject):
                 f"push constants: {offset + len(raw)} bytes exceed the layout's {layout.push_constant_nbytes}"
             )
         with pinned(raw) as payload:
-            vk.vkCmdPushConstants(
-                self._recording(), layout.handle, vk.VK_SHADER_STAGE_COMPUTE_BIT, offset, len(raw), payload
+            lib.vkCmdPushConstants(
+                self._recording(), layout.handle, vk.VK_SHADER_STAGE_COMPUTE_BIT, offset, len(raw),
+                ffi.NULL if payload is None else payload,
             )
 
     def dispatch(self, x: int, y: int = 1, z: int = 1) -> None:
@@ -207,7 +210,7 @@ class CommandBuffer(VkObject):
         for axis, n, most in zip("xyz", (x, y, z), limit):
             if not 0 < n <= most:
                 raise ValueError(f"dispatch: {n} workgroups along {axis}; the device allows 1..{most}")
-        vk.vkCmdDispatch(self._recording(), x, y, z)
+        lib.vkCmdDispatch(self._recording(), x, y, z)
 
     def dispatch_no_groups(self) -> None:
         """vkCmdDispatch(0, 0, 0): no workgroup runs (valid: the spec allows zero), but the driver

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..errors import VulkanError
-from ._vk import call, vk
+from ._vk import call, check, ffi, lib, vk
 from .device import Device
 from .handle import VkObject
 from .memory import Buffer, TexelView
@@ -82,13 +82,16 @@ class DescriptorPool(VkObject):
             why = ", ".join(short) if short else f"all {self.max_sets} sets are taken"
             raise VulkanError("vkAllocateDescriptorSets", "VK_ERROR_OUT_OF_POOL_MEMORY",
                               f"descriptor pool too small: a set needs {why}")
-        info = vk.VkDescriptorSetAllocateInfo(
-            descriptorPool=self.handle, descriptorSetCount=1, pSetLayouts=[layout.handle]
-        )
-        handles = call(vk.vkAllocateDescriptorSets, self.device.handle, info, detail=f"pool of {self.max_sets} sets")
+        layouts = ffi.new("VkDescriptorSetLayout[1]", [layout.handle])  # alive until the call returns
+        info = ffi.new("VkDescriptorSetAllocateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, "descriptorPool": self.handle,
+            "descriptorSetCount": 1, "pSetLayouts": layouts})
+        out = ffi.new("VkDescriptorSet*")
+        check(lib.vkAllocateDescriptorSets(self.device.handle, info, out), "vkAllocateDescriptorSets",
+              f"pool of {self.max_sets} sets")
         self.used += need
         self.sets += 1
-        return DescriptorSet(self, layout, handles[0])
+        return DescriptorSet(self, layout, out[0])
 
     def reset(self) -> None:
         """Free every set allocated from this pool (none may be in use by pending work)."""
@@ -107,77 +110,55 @@ class DescriptorSet:
 
     def bind(self, resources: Mapping[int, Buffer | tuple[Buffer, int, int] | Image3D | TexelView]) -> None:
         """Buffers (whole or ``(buffer, offset, nbytes)`` windows), storage images and texel
-        views, by binding."""
+        views, by binding, in one vkUpdateDescriptorSets (its structs made by ``ffi.new``: a
+        packing node binds a set each, see _vk.check).
+
+        Buffer ranges are explicit (the binding cannot pass VK_WHOLE_SIZE) and checked against
+        ``maxStorageBufferRange`` / ``maxUniformBufferRange``."""
         from .image import Image3D
 
-        images = {b: r for b, r in resources.items() if isinstance(r, Image3D)}
-        texels = {b: r for b, r in resources.items() if isinstance(r, TexelView)}
-        buffers = {b: r for b, r in resources.items() if not isinstance(r, (Image3D, TexelView))}
-        if buffers:
-            self.bind_buffers(buffers)
-        if images:
-            self.bind_images(images)
-        if texels:
-            self.bind_texel_views(texels)
-
-    def bind_texel_views(self, views: Mapping[int, TexelView]) -> None:
-        """Point UNIFORM_TEXEL_BUFFER bindings at buffer views."""
-        handles = []  # the arrays the writes point at stay referenced until the update returns
-        for binding, view in views.items():
-            if binding >= len(self.layout.bindings) or \
-                    self.layout.bindings[binding] is not DescriptorType.UNIFORM_TEXEL_BUFFER:
-                raise ValueError(f"binding {binding} is not a uniform texel buffer in the layout")
-            handles.append((binding, [view.handle]))
-        writes = [vk.VkWriteDescriptorSet(dstSet=self.handle, dstBinding=b, descriptorCount=1,
-                                          descriptorType=int(DescriptorType.UNIFORM_TEXEL_BUFFER), pTexelBufferView=h)
-                  for b, h in handles]
-        vk.vkUpdateDescriptorSets(self.pool.device.handle, len(writes), writes, 0, None)
-
-    def bind_images(self, images: Mapping[int, Image3D]) -> None:
-        """Point STORAGE_IMAGE bindings at images (in GENERAL layout)."""
-        infos = []
-        for binding, image in images.items():
-            if binding >= len(self.layout.bindings) or self.layout.bindings[binding] is not DescriptorType.STORAGE_IMAGE:
-                raise ValueError(f"binding {binding} is not a storage image in this layout")
-            infos.append((binding, vk.VkDescriptorImageInfo(imageView=image.view, imageLayout=vk.VK_IMAGE_LAYOUT_GENERAL)))
-        writes = [
-            vk.VkWriteDescriptorSet(dstSet=self.handle, dstBinding=b, descriptorCount=1,
-                                    descriptorType=int(DescriptorType.STORAGE_IMAGE), pImageInfo=[info])
-            for b, info in infos
-        ]
-        if writes:
-            vk.vkUpdateDescriptorSets(self.pool.device.handle, len(writes), writes, 0, None)
-
-    def bind_buffers(self, buffers: Mapping[int, Buffer | tuple[Buffer, int, int]]) -> None:
-        """Point bindings at buffers: ``{binding: buffer}`` or ``{binding: (buffer, offset, nbytes)}``.
-
-        Ranges are explicit (the binding cannot pass VK_WHOLE_SIZE) and checked against
-        ``maxStorageBufferRange`` / ``maxUniformBufferRange``.
-        """
-        limits = self.pool.device.limits
-        infos = []
-        for binding, spec in buffers.items():
-            buf, offset, nbytes = spec if isinstance(spec, tuple) else (spec, 0, spec.nbytes)
+        writes = ffi.new("VkWriteDescriptorSet[]", len(resources))
+        keep = []  # the infos and handle arrays the writes point at, alive until the update returns
+        for w, (binding, r) in zip(writes, resources.items()):
             if binding >= len(self.layout.bindings):
                 raise ValueError(f"binding {binding} is not in the layout ({len(self.layout.bindings)} bindings)")
             dtype = self.layout.bindings[binding]
-            if dtype not in (DescriptorType.STORAGE_BUFFER, DescriptorType.UNIFORM_BUFFER):
-                raise ValueError(f"binding {binding} is a {dtype.name}, not a buffer")
-            most = limits["maxStorageBufferRange" if dtype is DescriptorType.STORAGE_BUFFER else "maxUniformBufferRange"]
-            if nbytes > most:
-                raise ValueError(
-                    f"binding {binding}: {buf!r} range of {nbytes} bytes exceeds the device's {most}-byte "
-                    f"limit for a {dtype.name.lower()}; split the tensor or use texture storage"
-                )
-            if offset < 0 or nbytes <= 0 or offset + nbytes > buf.nbytes:
-                raise ValueError(f"binding {binding}: range [{offset}, {offset + nbytes}) is outside {buf!r}")
-            infos.append((binding, int(dtype), vk.VkDescriptorBufferInfo(buffer=buf.handle, offset=offset, range=nbytes)))
-        # Keep each VkDescriptorBufferInfo referenced (in `infos`) until the update returns.
-        writes = [
-            vk.VkWriteDescriptorSet(
-                dstSet=self.handle, dstBinding=binding, descriptorCount=1, descriptorType=dtype, pBufferInfo=[info]
+            w.sType, w.dstSet, w.dstBinding, w.descriptorCount = (
+                vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, self.handle, binding, 1)
+            w.descriptorType = int(dtype)
+            if isinstance(r, TexelView):
+                if dtype is not DescriptorType.UNIFORM_TEXEL_BUFFER:
+                    raise ValueError(f"binding {binding} is not a uniform texel buffer in the layout")
+                keep.append(ffi.new("VkBufferView[1]", [r.handle]))
+                w.pTexelBufferView = keep[-1]
+            elif isinstance(r, Image3D):
+                if dtype is not DescriptorType.STORAGE_IMAGE:
+                    raise ValueError(f"binding {binding} is not a storage image in this layout")
+                keep.append(ffi.new("VkDescriptorImageInfo*", {"imageView": r.view,
+                                                               "imageLayout": vk.VK_IMAGE_LAYOUT_GENERAL}))
+                w.pImageInfo = keep[-1]
+            else:
+                buf, offset, nbytes = r if isinstance(r, tuple) else (r, 0, r.nbytes)
+                self._check_buffer_range(binding, dtype, buf, offset, nbytes)
+                keep.append(ffi.new("VkDescriptorBufferInfo*", {"buffer": buf.handle, "offset": offset,
+                                                                "range": nbytes}))
+                w.pBufferInfo = keep[-1]
+        if resources:
+            lib.vkUpdateDescriptorSets(self.pool.device.handle, len(resources), writes, 0, ffi.NULL)
+
+    def bind_buffers(self, buffers: Mapping[int, Buffer | tuple[Buffer, int, int]]) -> None:
+        """Point bindings at buffers: ``{binding: buffer}`` or ``{binding: (buffer, offset, nbytes)}``."""
+        self.bind(buffers)
+
+    def _check_buffer_range(self, binding: int, dtype: DescriptorType, buf: Buffer, offset: int, nbytes: int) -> None:
+        if dtype not in (DescriptorType.STORAGE_BUFFER, DescriptorType.UNIFORM_BUFFER):
+            raise ValueError(f"binding {binding} is a {dtype.name}, not a buffer")
+        limits = self.pool.device.limits
+        most = limits["maxStorageBufferRange" if dtype is DescriptorType.STORAGE_BUFFER else "maxUniformBufferRange"]
+        if nbytes > most:
+            raise ValueError(
+                f"binding {binding}: {buf!r} range of {nbytes} bytes exceeds the device's {most}-byte "
+                f"limit for a {dtype.name.lower()}; split the tensor or use texture storage"
             )
-            for binding, dtype, info in infos
-        ]
-        if writes:
-            vk.vkUpdateDescriptorSets(self.pool.device.handle, len(writes), writes, 0, None)
+        if offset < 0 or nbytes <= 0 or offset + nbytes > buf.nbytes:
+            raise ValueError(f"binding {binding}: range [{offset}, {offset + nbytes}) is outside {buf!r}")

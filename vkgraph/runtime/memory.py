@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import OutOfDeviceMemoryError, UnsupportedFeatureError
-from ._vk import call, vk
+from ._vk import call, check, ffi, lib, vk
 from .device import Device
 from .handle import VkObject
 from .instance import (
@@ -401,11 +401,16 @@ class TexelView(VkObject):
                              f"inside the buffer, aligned to {align} and at most {most} bytes")
         self.buffer, self.offset, self.nbytes = buffer, offset, nbytes
         dev = device.handle
-        info = vk.VkBufferViewCreateInfo(buffer=buffer.handle, format=vk_format, offset=offset, range=nbytes)
-        self.handle = handle = call(vk.vkCreateBufferView, dev, info, None, detail=f"texel view of {buffer!r}")
+        # made and destroyed by ffi and lib directly: a packing dispatch takes a view (_vk.check)
+        info = ffi.new("VkBufferViewCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO,
+                                                   "buffer": buffer.handle, "format": vk_format, "offset": offset,
+                                                   "range": nbytes})
+        out = ffi.new("VkBufferView*")
+        check(lib.vkCreateBufferView(dev, info, ffi.NULL, out), "vkCreateBufferView", f"texel view of {buffer!r}")
+        self.handle = handle = out[0]
 
         def release(dev=dev, handle=handle) -> None:
-            vk.vkDestroyBufferView(dev, handle, None)
+            lib.vkDestroyBufferView(dev, handle, ffi.NULL)
 
         self._own(device, release)
 
