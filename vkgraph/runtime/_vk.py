@@ -84,7 +84,7 @@ def _result_names() -> dict[int, str]:
              if isinstance(code, int) and name.startswith("VK_ERROR_") and code < 0}
     names.update({getattr(vk, n): n for n in ("VK_NOT_READY", "VK_TIMEOUT", "VK_EVENT_SET", "VK_EVENT_RESET",
                                               "VK_INCOMPLETE") if isinstance(getattr(vk, n, None), int)})
-    return {**names, **{code: name for code, name in _UNLISTED_RESULTS.items()}}
+    return {**names, **_UNLISTED_RESULTS}
 
 
 _RESULT_NAMES = _result_names()
