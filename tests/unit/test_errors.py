@@ -96,3 +96,20 @@ def test_results_the_binding_cannot_raise_are_named():
 
     with pytest.raises(errors.VulkanError, match=r"vkOther failed: VkResult -1234567 \(while testing\)"):
         _vk.call(vkOther, detail="while testing")
+
+
+@pytest.mark.parametrize("result,expected,name", [
+    (-2, errors.OutOfDeviceMemoryError, "VK_ERROR_OUT_OF_DEVICE_MEMORY"),
+    (-4, errors.DeviceLostError, "VK_ERROR_DEVICE_LOST"),
+    (2, errors.FenceTimeoutError, "VK_TIMEOUT"),
+    (-1000069000, errors.VulkanError, "VK_ERROR_OUT_OF_POOL_MEMORY"),
+    (-1234567, errors.VulkanError, "VkResult -1234567"),
+])
+def test_check_names_a_raw_calls_result_as_call_does(result, expected, name):
+    """_vk.check, for the hot paths that call the loader through cffi directly: VK_SUCCESS passes,
+    any other VkResult raises the error call() raises for it, naming the call, the result and the
+    detail."""
+    _vk.check(0, "vkCreateBufferView")
+    with pytest.raises(expected, match=f"vkCreateBufferView failed: {name} \\(texel view\\)") as err:
+        _vk.check(result, "vkCreateBufferView", "texel view")
+    assert type(err.value) is expected
