@@ -25,8 +25,8 @@ from typing import Any, Mapping
 from .errors import ConfigError
 from .paths import DEFAULT_CONFIG
 
-# Kinds of values, for validation and for parsing environment strings.
-NBYTES, COUNT, BOOL, TEXT, AUTO, CHOICE = "nbytes", "count", "bool", "text", "auto", "choice"  # AUTO: true, false or "auto"
+# Kinds of values, for validation and for parsing environment strings (AUTO: true, false or "auto").
+NBYTES, COUNT, BOOL, TEXT, AUTO, CHOICE = "nbytes", "count", "bool", "text", "auto", "choice"
 NUMERIC = (NBYTES, COUNT)
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}

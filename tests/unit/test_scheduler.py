@@ -96,8 +96,8 @@ def test_a_devices_staged_loads_populate_unless_it_is_listed_or_told_not_to(choi
     loads populate at all."""
     cfg = GraphConfig().replace(prepack__populate_destinations=choice)
     listed = next(iter(UNPOPULATED_DEVICES))
-    others = [("lavapipe", 8, listed[2]), ("swiftshader", 4, listed[2]), ("lavapipe", 16, "AuthenticAMD family 25 model 17"),
-              ("lavapipe", 16, ""), ("nvidia", 0, "")]
+    others = [("lavapipe", 8, listed[2]), ("swiftshader", 4, listed[2]),
+              ("lavapipe", 16, "AuthenticAMD family 25 model 17"), ("lavapipe", 16, ""), ("nvidia", 0, "")]
     assert populates(cfg, *listed) is (choice is True)
     assert all(populates(cfg, *d) is (choice in ("auto", True)) for d in others)
     for populate in (True, False):

@@ -591,9 +591,11 @@ def _settled_populate_share(size_mb: int, rounds: int = 3) -> float:
         config = Path(tmp) / "populate.toml"
         config.write_text("[prepack]\npopulate_destinations = true\n")
         for _ in range(rounds):
-            loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "staged", str(config), SETTLING_LOADS + 2, check="last")
+            loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "staged", str(config), SETTLING_LOADS + 2,
+                                       check="last")
             first = loads[0]["populate_s"]
-            shares.append(statistics.median(r["populate_s"] for r in loads[SETTLING_LOADS:]) / first if first > 0 else 0.0)
+            settled = statistics.median(r["populate_s"] for r in loads[SETTLING_LOADS:])
+            shares.append(settled / first if first > 0 else 0.0)
     return statistics.median(shares)
 
 

@@ -391,8 +391,8 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
     ring = RingModel(prepack.staging_capacity, profile.staging_alignment) if sum(batch_nbytes) else None
     touched = 0  # staging bytes already first-touched (the ring reuses them)
     # The plan populates what the packing shaders write (staged loads on a CPU renderer, but those
-    # of scheduler.UNPOPULATED_DEVICES): the CPU makes those pages, all of a first load's and settled_populate_share of a later one's,
-    # and the shaders store into them.
+    # of scheduler.UNPOPULATED_DEVICES): the CPU makes those pages, all of a first load's and
+    # settled_populate_share of a later one's, and the shaders store into them.
     populated = prepack.populates_destinations and profile.cpu_renderer
     populate_share = 1.0 if first_load else profile.settled_populate_share or 0.0
 
