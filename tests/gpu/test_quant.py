@@ -75,11 +75,14 @@ def test_pack_linear_and_embedding(device, compiler, monkeypatch, fmt, n, k, m, 
         np.testing.assert_array_equal(out[key], np.where(valid[:, None], deq[np.clip(ids, 0, n - 1)], 0))
 
 
+@pytest.mark.parametrize("cpu_kernels", [True, False], ids=["cpu-kernels", "gpu-kernels"])
 @pytest.mark.parametrize("fmt", ["fp32", *FORMATS])
-def test_tiles_on_rows_of_workgroups(device, compiler, fmt):
-    """Tile kernels (a batch of tokens on CPU renderers) give each tile an invocation of its own,
-    no grid-stride loop: past the device's x limit of workgroups the tiles go on in further rows
-    (here a limit of 2 workgroups), each tile once, plain, gated and with a residual."""
+def test_tiles_on_rows_of_workgroups(device, compiler, monkeypatch, fmt, cpu_kernels):
+    """Tile kernels (a batch of tokens: the CPU renderers' kernels, and GPUs' for GGML weights,
+    LINEAR_TOKENS_GPU tokens a row) give each tile an invocation of its own, no grid-stride loop:
+    past the device's x limit of workgroups the tiles go on in further rows (here a limit of 2
+    workgroups), each tile once, plain, gated and with a residual."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", cpu_kernels)
     n, k, m = 320, 96, 19
     if fmt == "fp32":
         w = np.random.default_rng(1).standard_normal((n, k)).astype(np.float32)
@@ -99,7 +102,8 @@ def test_tiles_on_rows_of_workgroups(device, compiler, fmt):
             g.set_output(ops.gated_linear(g, xin, wr, ur), "gated")
         tiles = [nd for nd in g.execute_nodes if nd.shader in ("linear_quant", "linear_tiled") and nd.defines["TOKENS"] > 1]
         assert all(nd.groups[0] <= 2 and nd.groups[1] > 1 for nd in tiles)
-        assert bool(tiles) == (device.is_cpu and (quant != "" or device.renderer in ops.TILED_LINEAR_RENDERERS))
+        cpu = cpu_kernels and device.is_cpu
+        assert bool(tiles) == (quant != "" or (cpu and device.renderer in ops.TILED_LINEAR_RENDERERS))
         g.run_prepack()
         out = g.execute({"x": x, "res": res})
     x64 = x.astype(np.float64)

@@ -102,10 +102,10 @@ def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, ca
     assert r["prefill_tok_s"] >= 20 / r["time_to_first_token_s"]
     # every dispatch of a decode step is in the profile, under its op kind
     # per layer: 4 linears (q, k and v one over their stacked weights; gate and up one with the
-    # silu(gate) * up, or on a renderer outside GATED_GEMV_RENDERERS two and silu_mul; the RMS
-    # norms and residual adds fused in), rope_kv (RoPE of q and k, both cache writes), attention;
-    # then the embedding and the output head (the final norm fused in)
-    split = int(device.renderer not in ops.GATED_GEMV_RENDERERS)
+    # silu(gate) * up, or with the CPU kernels on a renderer outside GATED_GEMV_RENDERERS two and
+    # silu_mul; the RMS norms and residual adds fused in), rope_kv (RoPE of q and k, both cache
+    # writes), attention; then the embedding and the output head (the final norm fused in)
+    split = int(ops.CPU_KERNELS and device.is_cpu and device.renderer not in ops.GATED_GEMV_RENDERERS)
     assert sum(n for _, n in r["profile"].values()) == r["dispatches_per_token"] == 30 * (6 + 2 * split) + 2
     assert "norm_rows" not in r["profile"] and "rms_norm" not in r["profile"]
     # the prompt's one batch (20 tokens: cheaper padded to 32 than as steps on both renderers);
