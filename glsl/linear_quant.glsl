@@ -28,6 +28,9 @@
 #ifndef HEAD_AT
 #define HEAD_AT 0
 #endif
+#ifndef SPLIT
+#define SPLIT 1
+#endif
 
 layout(local_size_x_id = 0) in;
 
@@ -328,6 +331,94 @@ vec4 nibbles_hi(uint w) { return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0x
 #endif
 
 #if TOKENS == 1
+// x's block b of token m as the one-token kernels take it: 8 vec4s xv (Q8_0), or lo and hi with
+// their sum sxs (Q4; in planes scaled to the nibbles' places); the norm's squares added to ss.
+#if QTYPE == 2
+#define X_BLOCK(m, b) \
+    vec4 xv[8]; \
+    { \
+        uint xb = ((m) * K + (b) * 32u) / 4u; \
+        [[unroll]] for (uint i = 0u; i < 8u; ++i) { \
+            xv[i] = X4(xb + i); \
+            XN(xv[i], G4((b) * 8u + i), ss) \
+        } \
+    }
+#else
+#if PLANES
+#define NIBBLE_PLACES [[unroll]] for (uint i = 0u; i < 4u; ++i) { lo[i] *= LO_SCALE; hi[i] *= HI_SCALE; }
+#else
+#define NIBBLE_PLACES
+#endif
+#define X_BLOCK(m, b) \
+    vec4 lo[4], hi[4]; \
+    float sxs; \
+    { \
+        uint xb = ((m) * K + (b) * 32u) / 4u; \
+        vec4 sx = vec4(0.0); \
+        [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
+            lo[i] = X4(xb + i); \
+            hi[i] = X4(xb + i + 4u); \
+            XN(lo[i], G4((b) * 8u + i), ss) \
+            XN(hi[i], G4((b) * 8u + i + 4u), ss) \
+            sx += lo[i] + hi[i]; \
+        } \
+        sxs = sx.x + sx.y + sx.z + sx.w; \
+        NIBBLE_PLACES \
+    }
+#endif
+
+#if SPLIT > 1
+// GPUs, one token at a time (decode; ops.GEMV_SPLIT_GPU): SPLIT consecutive invocations share a
+// row, each taking every SPLIT-th block, their sums (and GATED's, NORM's squares) added in shared
+// memory; a workgroup takes LOCAL_SIZE / SPLIT rows, and the workgroups loop over the rows. An
+// invocation a row left most of a GPU idle (SmolLM2's 576-row linears: 9 workgroups).
+layout(constant_id = 0) const uint LOCAL_SIZE = 64;
+shared vec4 split_sums[LOCAL_SIZE];
+
+// The sums over each run of SPLIT invocations, for the run's first; every invocation calls it.
+vec4 split_sum(vec4 v) {
+    uint t = gl_LocalInvocationID.x;
+    split_sums[t] = v;
+    barrier();
+    [[unroll]] for (uint h = SPLIT / 2u; h > 0u; h /= 2u) {
+        if (t % SPLIT < h) split_sums[t] += split_sums[t + h];
+        barrier();
+    }
+    vec4 r = split_sums[t];
+    barrier();  // read before the next call writes
+    return r;
+}
+
+void main() {
+    uint nb = K / 32u;
+    uint lane = gl_LocalInvocationID.x % SPLIT, per = LOCAL_SIZE / SPLIT;
+    // the loop's bounds are the workgroup's: all its invocations reach split_sum's barriers
+    for (uint first = gl_WorkGroupID.x * per; first < N; first += gl_NumWorkGroups.x * per) {
+        uint row = first + gl_LocalInvocationID.x / SPLIT;
+        for (uint m = 0u; m < M; ++m) {
+            float acc = 0.0, accu = 0.0, ss = 0.0;
+            for (uint b = lane; b < nb; b += SPLIT) {
+                X_BLOCK(m, b)
+                uint blk = min(row, N - 1u) * nb + b;
+                uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
+                ROW_BLOCK(WORD, acc)
+#if GATED
+                ROW_BLOCK(UWORD, accu)
+#endif
+            }
+            vec4 sums = split_sum(vec4(acc, accu, ss, 0.0));
+            if (lane == 0u && row < N) {
+                float inv = RMS(sums.z);
+#if GATED
+                STORE_GATED(m * ldy + n0 + row, sums.x * inv, sums.y * inv);
+#else
+                STORE(m * ldy + n0 + row, sums.x * inv);
+#endif
+            }
+        }
+    }
+}
+#else
 // One token at a time (decode): x's block loaded once for the ROWS rows, every m in turn.
 // Kept apart from the tiled form below: SwiftShader's compiler keeps the tiled form's small
 // arrays in memory (its GEMV ran 1.8x slower that way).
@@ -344,28 +435,7 @@ void main() {
 #endif
             float ss = 0.0;
             for (uint b = 0u; b < nb; ++b) {
-                uint xb = (m * K + b * 32u) / 4u;  // x as vec4: 8 per block
-#if QTYPE == 2
-                vec4 xv[8];
-                [[unroll]] for (uint i = 0u; i < 8u; ++i) {
-                    xv[i] = X4(xb + i);
-                    XN(xv[i], G4(b * 8u + i), ss)
-                }
-#else
-                vec4 lo[4], hi[4];
-                vec4 sx = vec4(0.0);
-                [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-                    lo[i] = X4(xb + i);
-                    hi[i] = X4(xb + i + 4u);
-                    XN(lo[i], G4(b * 8u + i), ss)
-                    XN(hi[i], G4(b * 8u + i + 4u), ss)
-                    sx += lo[i] + hi[i];
-                }
-                float sxs = sx.x + sx.y + sx.z + sx.w;
-#if PLANES
-                [[unroll]] for (uint i = 0u; i < 4u; ++i) { lo[i] *= LO_SCALE; hi[i] *= HI_SCALE; }
-#endif
-#endif
+                X_BLOCK(m, b)
                 for (uint r = 0u; r < ROWS; ++r) {
                     uint blk = min(first + r, N - 1u) * nb + b;
                     uint base = BLOCK_WORD(blk), s = BLOCK_SHIFT(blk);
@@ -386,6 +456,7 @@ void main() {
         }
     }
 }
+#endif
 #else
 // Tiles of ROWS rows x TOKENS tokens (a batched prompt).
 #define TOKEN_PAIRS ((TOKENS + 1) / 2)

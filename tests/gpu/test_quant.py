@@ -116,6 +116,40 @@ def test_tiles_on_rows_of_workgroups(device, compiler, monkeypatch, fmt, cpu_ker
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("split", [1, 4, 16, 64])
+def test_gpu_gemv_rows_shared_by_invocations(device, compiler, monkeypatch, fmt, split):
+    """GPUs' one-token kernel with GEMV_SPLIT_GPU invocations a row, each taking every split-th
+    block (35 blocks a row here: some take one more; at 64 a row, 29 take none), their sums added
+    in shared memory: plain, gated with the RMS norm fused in, and with a residual, in two
+    workgroups that loop over the 150 rows (the last rows of the last pass past N): numpy's
+    result."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", False)
+    monkeypatch.setattr(ops, "GEMV_SPLIT_GPU", split)
+    n, k, eps = 150, 1120, 1e-5
+    (w, deq), (u, deq_u) = quantized(fmt, n, k, 1), quantized(fmt, n, k, 2)
+    rng = np.random.default_rng(3)
+    x = (2 * rng.standard_normal((1, k)) + 0.5).astype(np.float32)
+    res = rng.standard_normal((1, n)).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        g.max_groups_x = 2
+        xin, rin = g.add_input(x.shape, np.float32, "x"), g.add_input(res.shape, np.float32, "res")
+        wr, ur = g.add_tensorref(w, "w", quant=fmt), g.add_tensorref(u, "u", quant=fmt)
+        g.set_output(ops.linear(g, xin, wr), "y")
+        g.set_output(ops.gated_linear(g, xin, wr, ur, norm=(g.add_tensorref(gamma, "norm"), eps)), "gated")
+        g.set_output(ops.linear(g, xin, wr, residual=rin), "yr")
+        assert [(nd.defines["SPLIT"], nd.groups) for nd in g.execute_nodes] == [(split, (2, 1, 1))] * 3
+        g.run_prepack()
+        out = g.execute({"x": x, "res": res})
+    x64 = x.astype(np.float64)
+    xn = x64 / np.sqrt(np.mean(x64 ** 2) + eps) * gamma
+    gate, up = xn @ deq.T, xn @ deq_u.T
+    refs = {"y": x64 @ deq.T, "gated": gate / (1 + np.exp(-gate)) * up, "yr": x64 @ deq.T + res}
+    for key, ref in refs.items():
+        np.testing.assert_allclose(out[key], ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("host", ["never", "cpu-renderer"])
 def test_blocks_are_copied(device, compiler, fmt, host):
     """GGML blocks have no packing shader: written straight into host-visible device memory, or

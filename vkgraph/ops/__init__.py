@@ -50,6 +50,13 @@ LINEAR_TOKENS_INT8 = 16
 #: forced on lavapipe that prompt took 85.1 s, 5.6 s in tiles of 8 (logits within 4.2e-5); the
 #: tiles' speed on a GPU is not measured yet
 LINEAR_TOKENS_GPU = 8
+#: invocations that share a row of a GGML-quantized linear over one token (decoding) on GPUs, each
+#: taking every GEMV_SPLIT_GPU-th block of it (glsl/linear_quant.glsl SPLIT; a power of two, at
+#: most LOCAL_SIZE). An invocation a row left most of a GPU idle: an H200's SmolLM2 decode step
+#: spent 3.24 of its 4.0 ms GPU time in the 121 linears (a 576-row linear was 9 workgroups). Not
+#: measured on a GPU yet (1, the old kernel, against others: benchmarks/policy_ab.py
+#: GEMV_SPLIT_GPU=1 default GEMV_SPLIT_GPU=32)
+GEMV_SPLIT_GPU = 16
 #: rows per invocation of a GGML-quantized linear's tiles (several tokens on a CPU renderer),
 #: whose rows loop is unrolled (glsl/linear_quant.glsl). lavapipe, SmolLM2's linears at 32 tokens
 #: in one process, GPU ms min (median), against 32 rows rolled: q4_0 9.8 (10.1) against 11.9
@@ -418,7 +425,8 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     one-token linear's weight not on GEMV_STORAGE_RENDERERS): lavapipe runs a storage-buffer load
     inside a loop as a loop over the SIMD lanes, a texel fetch as one gather
     (glsl/linear_quant.glsl; figures in benchmarks/gemv.py). On GPUs an invocation computes one
-    row, for LINEAR_TOKENS_GPU tokens of a batch. ``residual`` is added to y; with ``up`` (a
+    row, for LINEAR_TOKENS_GPU tokens of a batch, and GEMV_SPLIT_GPU invocations share a row of
+    one token (their sums added in shared memory). ``residual`` is added to y; with ``up`` (a
     second weight of w's format and shape, within one binding) y is silu(x . w) * (x . up)
     (gated_linear); with ``norm`` x is RMS-normalized on the way in: in the same dispatch one
     token at a time, in one before it for tiles. With config ``graph.int8_activations`` tiles of
@@ -433,6 +441,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     rows = _cpu_rows(g, LINEAR_TILE_ROWS.get(g.device.renderer, LINEAR_TILE_ROWS_CPU) if tokens > 1
                      else _gemv_rows(g, n), n, m, tokens) if cpu else 1
     local = _cpu_local(g) if cpu else LOCAL_SIZE
+    split = GEMV_SPLIT_GPU if tokens == 1 and not cpu else 1  # invocations a row shares
     if int8:  # x in int8 (and normalized) once, for every tile
         x, norm = _q8_pairs(g, x, m, k, norm), None
     elif norm is not None and tokens > 1:  # tiles would normalize each token again: once, apart
@@ -450,7 +459,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
     for r0, r1, wb in _one_window(g, w_ref, n, "linear"):
         texel = cpu and _texel_ok(g, wb, w.nbytes, 16 if planes else 4) and not (
             tokens == 1 and g.device.renderer in GEMV_STORAGE_RENDERERS)
-        work = -(-(r1 - r0) // rows) * -(-m // tokens)
+        work = -(-(r1 - r0) // rows) * -(-m // tokens) * split
         args = [y, x, wb, *extra, *([up] if up is not None else []), *([gamma] if gamma is not None else [])]
         # planes' heads also through a word view of the same buffer where the device takes one
         # that long (the shader's HEAD_AT): a head one fetch, not a texel of four and a pick
@@ -466,7 +475,7 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                                      "GATED": int(up is not None), "NORM": int(gamma is not None),
                                      "G_TEXEL": int(g_texel), "HEAD_AT": heads,
                                      "PAIRS": int(tokens > 1 and not int8 and g.device.renderer in DOT_PAIRS_RENDERERS),
-                                     "Q8X": int(int8),
+                                     "Q8X": int(int8), "SPLIT": split,
                                      "Y4": _stores_vec4(tokens, rows, n, r0, r1)},
                                     texels=({1: "rgba32ui" if int8 else "rgba32f"} if x_texel else {})
                                     | ({2: word} if texel else {}) | ({3: word} if texel and up is not None else {})
