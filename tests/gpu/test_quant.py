@@ -149,6 +149,19 @@ def test_gpu_gemv_rows_shared_by_invocations(device, compiler, monkeypatch, fmt,
         np.testing.assert_allclose(out[key], ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("split", [3, 128])
+def test_gpu_gemv_split_must_fit_a_workgroup(device, compiler, monkeypatch, split):
+    """A GEMV_SPLIT_GPU the shader cannot take (not a power of two, or more than a workgroup's
+    invocations: no row would fit) is named before anything is recorded."""
+    monkeypatch.setattr(ops, "CPU_KERNELS", False)
+    monkeypatch.setattr(ops, "GEMV_SPLIT_GPU", split)
+    w, _ = quantized("q4_0", 8, 64, 1)
+    with ComputeGraph(device=device, compiler=compiler) as g:
+        xin = g.add_input((1, 64), np.float32, "x")
+        with pytest.raises(ValueError, match=f"GEMV_SPLIT_GPU must be a power of two of at most 64, got {split}"):
+            ops.linear(g, xin, g.add_tensorref(w, "w", quant="q4_0"))
+
+
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("host", ["never", "cpu-renderer"])
 def test_blocks_are_copied(device, compiler, fmt, host):

@@ -442,6 +442,8 @@ def _linear_quant(g: ComputeGraph, y: ValueRef, x: ValueRef, w_ref: ValueRef, m:
                      else _gemv_rows(g, n), n, m, tokens) if cpu else 1
     local = _cpu_local(g) if cpu else LOCAL_SIZE
     split = GEMV_SPLIT_GPU if tokens == 1 and not cpu else 1  # invocations a row shares
+    if split & (split - 1) or not 0 < split <= local:  # the shader's reduction halves it; a workgroup holds a row
+        raise ValueError(f"GEMV_SPLIT_GPU must be a power of two of at most {local}, got {split}")
     if int8:  # x in int8 (and normalized) once, for every tile
         x, norm = _q8_pairs(g, x, m, k, norm), None
     elif norm is not None and tokens > 1:  # tiles would normalize each token again: once, apart
