@@ -40,11 +40,10 @@ def _validate_profile(args: argparse.Namespace) -> str:
     processor than this host's, where the profile names it."""
     from ..errors import ConfigError
     from ..runtime import Device
-    from ..runtime.instance import host_cpu
     from ..tools.simulate import load_profile, shipped_profile
 
     with Device(args.device) as dev:
-        renderer, name, host = dev.renderer, dev.name, host_cpu() if dev.is_cpu else ""
+        renderer, name, host = dev.renderer, dev.name, dev.host_cpu
     shipped = shipped_profile(renderer, name, host)
     if args.profile is None and shipped is None:
         raise ConfigError(None, "--profile", f"no profile is shipped for {name!r} (renderer {renderer!r}): measure "

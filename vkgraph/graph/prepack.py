@@ -32,7 +32,6 @@ from ..runtime import (
     TimestampQueryPool,
     host_clock_offset_ns,
 )
-from ..runtime.instance import host_cpu
 from .nodes import PrepackNode, packer_bindings
 from .report import CommandBufferSpan, LoadReport
 from .scheduler import PrepackPlan, plan_prepack, populates, run_prepack_mode
@@ -375,7 +374,7 @@ class Prepacker:
         plan = plan_prepack(mode, [n.staging_nbytes(g) for n in nodes], g.staging_alignment, g.config,
                             sum(t.nbytes for n, t in zip(nodes, dsts) if n.direct),
                             sum(t.nbytes for n, t in zip(nodes, dsts) if not n.direct and t.storage == "buffer"),
-                            populates(g.config, dev.renderer, dev.simd_width, host_cpu() if dev.is_cpu else ""))
+                            populates(g.config, dev.renderer, dev.simd_width, dev.host_cpu))
         run = PrepackRun(g, plan, nodes, hits, progress, t0, self.read_done, len(self.cache.keys) if self.cache else 0)
         try:
             for i in in_place:

@@ -93,8 +93,8 @@ _RESULT_NAMES = _result_names()
 def check(result: int, call_name: str, detail: str = "") -> None:
     """Raise the vkgraph error for a ``VkResult`` other than VK_SUCCESS, as :func:`call` does for
     the binding's functions. For the hot paths that call ``lib`` directly with structs made by
-    ``ffi.new`` (a packing node's descriptor set, texel view and recording): the binding's
-    wrappers cost about 3 us a call and 20 us a struct, most of a node's encoding."""
+    ``ffi.new`` (a weight's buffer; a packing node's descriptor set, texel view and recording):
+    the binding's wrappers cost about 3 us a call and 20 us a struct, most of a node's encoding."""
     if result:
         name = _RESULT_NAMES.get(result, f"VkResult {result}")
         raise _ERROR_CLASS.get(name, VulkanError)(call_name, name, detail)

@@ -20,6 +20,7 @@ from .instance import (
     Instance,
     PhysicalDevice,
     _new_struct,
+    host_cpu,
     version_str,
 )
 
@@ -191,6 +192,12 @@ class Device(VkObject):
     def simd_width(self) -> int:
         """Invocations a CPU renderer runs as one vector (its subgroup size); 0 on a GPU."""
         return self.physical.subgroup_size if self.is_cpu else 0
+
+    @property
+    def host_cpu(self) -> str:
+        """The processor a CPU renderer runs on, as its profile records it (instance.host_cpu:
+        "AuthenticAMD family 25 model 17"); "" on a GPU."""
+        return host_cpu() if self.is_cpu else ""
 
     @property
     def cpu_threads(self) -> int:

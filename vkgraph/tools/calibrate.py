@@ -25,7 +25,6 @@ from ..graph.scheduler import HUGE_PAGES_UP_TO_NBYTES
 from ..graph.values import ArraySource, TensorRef
 from ..paths import CONFIG_DIR, user_cache_dir
 from ..runtime import Buffer, Device, MemoryKind, allocate_block
-from ..runtime.instance import host_cpu
 from .simulate import Profile, load_profile, model_nodes, simulate
 from .simulate_run import ExecuteRates, linear_terms, waves_factor
 
@@ -783,7 +782,7 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
                       fresh_device_gbps=fresh_device, fresh_direct_gbps=fresh_direct, renderer=device.renderer,
                       simd_width=device.simd_width, max_texel_buffer_elements=p.limits["maxTexelBufferElements"],
                       execute=execute, encode_direct_s=encode_direct_s, settled_direct_gbps=settled_direct,
-                      host_cpu=host_cpu() if device.is_cpu else "", settled_populate_share=settled_populate, **rates)
+                      host_cpu=device.host_cpu, settled_populate_share=settled_populate, **rates)
     raw = {**rates, "fresh_device_gbps": fresh_device, "fresh_direct_gbps": fresh_direct,
            "settled_populate_share": settled_populate, "execute": dataclasses.asdict(execute),
            "source_read_gbps": source_read, "submit_s": submit_s, "fence_latency_s": fence_s,
