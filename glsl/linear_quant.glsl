@@ -140,6 +140,21 @@ vec4 int8x4_high(uint w) {
     return vec4(ivec4(uvec4(w << 24u, (w << 16u) & 0xFF000000u, (w << 8u) & 0xFF000000u, w & 0xFF000000u)));
 }
 #define Q8_0_UNIT (1.0 / 16777216.0)
+#if TOKENS == 1
+// A one-token linear's int8 decoded where they lie, with no shift: SwiftShader shifts a vector
+// lane by lane. Each low byte's sign bit flipped (the int is then the byte plus 128 times its
+// place 2^(8k)), the top byte's kept (its signed value times 2^24); x's values come scaled by
+// 2^24 over their byte's place (Q8_PLACES: d's Q8_0_UNIT holds as for the tiles), and the 128s'
+// share, 2^31 times the sum of x's values at the low three bytes (xc), is taken off once per
+// block. Against int8x4_high, SmolLM2's four linear shapes at one token in q8_0 on SwiftShader
+// 7.96-10.0 -> 5.24-5.77 ms (lavapipe within its noise); its decode step's linears 141-155 ->
+// 115-118 ms (the q8_0 output head). The tiles keep int8x4_high, each decode serving 8 tokens.
+vec4 int8x4_placed(uint w) {
+    uint v = w ^ 0x00808080u;
+    return vec4(ivec4(uvec4(v & 0xFFu, v & 0xFF00u, v & 0xFF0000u, v & 0xFF000000u)));
+}
+#define Q8_PLACES vec4(16777216.0, 65536.0, 256.0, 1.0)
+#endif
 #endif
 #if PLANES && QTYPE != 2 && TOKENS == 1
 // A one-token linear's Q4 nibbles decoded where they lie: word & mask is nibble f's value times
@@ -188,9 +203,10 @@ vec4 nibbles_hi(uint w) { return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0x
     [[unroll]] for (uint j = 0u; j < 2u; ++j) { \
         uvec4 quads = WORDF##_QUADS(blk, j); \
         [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
-            sq += dot(int8x4_high(quads[i]), xv[j * 4u + i]); \
+            sq += dot(int8x4_placed(quads[i]), xv[j * 4u + i]); \
         } \
     } \
+    sq -= 2147483648.0 * xc; \
     BLOCK_SCALES(head, s) \
     ACC += SCALED(sq, 0.0); }
 #elif QTYPE == 2
@@ -331,16 +347,24 @@ vec4 nibbles_hi(uint w) { return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0x
 #endif
 
 #if TOKENS == 1
-// x's block b of token m as the one-token kernels take it: 8 vec4s xv (Q8_0), or lo and hi with
-// their sum sxs (Q4; in planes scaled to the nibbles' places); the norm's squares added to ss.
+// x's block b of token m as the one-token kernels take it: 8 vec4s xv (Q8_0; in planes scaled to
+// the bytes' places, xc the sum int8x4_placed's bias takes off), or lo and hi with their sum sxs
+// (Q4; in planes scaled to the nibbles' places); the norm's squares added to ss.
 #if QTYPE == 2
+#if PLANES
+#define Q8_PLACE(v) { xc += v.x + v.y + v.z; v *= Q8_PLACES; }
+#else
+#define Q8_PLACE(v)
+#endif
 #define X_BLOCK(m, b) \
     vec4 xv[8]; \
+    float xc = 0.0; \
     { \
         uint xb = ((m) * K + (b) * 32u) / 4u; \
         [[unroll]] for (uint i = 0u; i < 8u; ++i) { \
             xv[i] = X4(xb + i); \
             XN(xv[i], G4((b) * 8u + i), ss) \
+            Q8_PLACE(xv[i]) \
         } \
     }
 #else
