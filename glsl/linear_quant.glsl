@@ -168,16 +168,20 @@ vec4 int8x4_placed(uint w) {
 #endif
 #if PLANES && QTYPE != 2 && TOKENS == 1
 // A one-token linear's Q4 nibbles decoded where they lie: word & mask is nibble f's value times
-// 2^(4f) (the top nibble: word >> 28), converted as a signed int; x's values come scaled by the
+// 2^(4f), converted as a signed int (the top nibble's sign bit flipped first, so its int is the
+// nibble less 8 times 2^28, the 8s' share xh added once per block: SwiftShader shifts a vector
+// lane by lane, and word >> 28 had cost its q4_1 GEMVs 8%); x's values come scaled by the
 // inverse (LO_SCALE, HI_SCALE: exact), once per block for all the rows. Against bytes4 of the
 // shifted, masked word, in one process: SmolLM2's four layer linears at one token, SwiftShader
 // q4_1 3.88 -> 1.92 ms, q4_0 4.81 -> 2.43; lavapipe (AVX2) within -10% .. +1%. The tiles keep
 // bytes4: scaling each token's x cost more there than the decode it saves, which the tile's
 // tokens share (lavapipe's 64-token q4_1 linears 8.7 -> 9.2 ms)
 vec4 nibbles_lo(uint w) { return vec4(ivec4(uvec4(w) & uvec4(0xFu, 0xF00u, 0xF0000u, 0xF000000u))); }
-vec4 nibbles_hi(uint w) { return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0xF00000u, w >> 28u))); }
+vec4 nibbles_hi(uint w) {
+    return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0xF00000u, (w ^ 0x80000000u) & 0xF0000000u)));
+}
 #define LO_SCALE vec4(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 16777216.0)
-#define HI_SCALE vec4(1.0 / 16.0, 1.0 / 4096.0, 1.0 / 1048576.0, 1.0)
+#define HI_SCALE vec4(1.0 / 16.0, 1.0 / 4096.0, 1.0 / 1048576.0, 1.0 / 268435456.0)
 #endif
 #if RESIDUAL
 #define STORE(at, v) y[at] = (v) + res[at]
@@ -235,7 +239,7 @@ vec4 nibbles_hi(uint w) { return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0x
 #define ROW_BLOCK(WORDF, ACC) { \
     uvec4 quads = WORDF##_QUADS(blk, 0u); \
     uint head = WORDF##_HEAD(blk); \
-    float sq = 0.0; \
+    float sq = xh; \
     [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
         sq += dot(nibbles_lo(quads[i]), lo[i]) + dot(nibbles_hi(quads[i]), hi[i]); \
     } \
@@ -359,7 +363,8 @@ vec4 nibbles_hi(uint w) { return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0x
 #if TOKENS == 1
 // x's block b of token m as the one-token kernels take it: 8 vec4s xv (Q8_0; in planes scaled to
 // the bytes' places, xc the sum int8x4_placed's bias takes off), or lo and hi with their sum sxs
-// (Q4; in planes scaled to the nibbles' places); the norm's squares added to ss.
+// (Q4; in planes scaled to the nibbles' places, xh what nibbles_hi's bias takes off); the norm's
+// squares added to ss.
 #if QTYPE == 2
 #if PLANES
 #define Q8_PLACE(v) { xc += v.x + v.y + v.z; v *= Q8_PLACES; }
@@ -379,13 +384,14 @@ vec4 nibbles_hi(uint w) { return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0x
     }
 #else
 #if PLANES
-#define NIBBLE_PLACES [[unroll]] for (uint i = 0u; i < 4u; ++i) { lo[i] *= LO_SCALE; hi[i] *= HI_SCALE; }
+#define NIBBLE_PLACES \
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) { xh += 8.0 * hi[i].w; lo[i] *= LO_SCALE; hi[i] *= HI_SCALE; }
 #else
 #define NIBBLE_PLACES
 #endif
 #define X_BLOCK(m, b) \
     vec4 lo[4], hi[4]; \
-    float sxs; \
+    float sxs, xh = 0.0; \
     { \
         uint xb = ((m) * K + (b) * 32u) / 4u; \
         vec4 sx = vec4(0.0); \
