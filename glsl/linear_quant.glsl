@@ -173,9 +173,9 @@ vec4 int8x4_placed(uint w) {
 // lane by lane, and word >> 28 had cost its q4_1 GEMVs 8%); x's values come scaled by the
 // inverse (LO_SCALE, HI_SCALE: exact), once per block for all the rows. Against bytes4 of the
 // shifted, masked word, in one process: SmolLM2's four layer linears at one token, SwiftShader
-// q4_1 3.88 -> 1.92 ms, q4_0 4.81 -> 2.43; lavapipe (AVX2) within -10% .. +1%. The tiles keep
-// bytes4: scaling each token's x cost more there than the decode it saves, which the tile's
-// tokens share (lavapipe's 64-token q4_1 linears 8.7 -> 9.2 ms)
+// q4_1 3.88 -> 1.92 ms, q4_0 4.81 -> 2.43; lavapipe (AVX2) within -10% .. +1%. The tiles scale
+// the nibbles (nibbles4), not each token's x: that cost more there than the decode it saves,
+// which the tile's tokens share (lavapipe's 64-token q4_1 linears 8.7 -> 9.2 ms)
 vec4 nibbles_lo(uint w) { return vec4(ivec4(uvec4(w) & uvec4(0xFu, 0xF00u, 0xF0000u, 0xF000000u))); }
 vec4 nibbles_hi(uint w) {
     return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0xF00000u, (w ^ 0x80000000u) & 0xF0000000u)));
