@@ -158,7 +158,9 @@ vec4 int8x4_high(uint w) {
 // share, 2^31 times the sum of x's values at the low three bytes (xc), is taken off once per
 // block. Against int8x4_high, SmolLM2's four linear shapes at one token in q8_0 on SwiftShader
 // 7.96-10.0 -> 5.24-5.77 ms (lavapipe within its noise); its decode step's linears 141-155 ->
-// 115-118 ms (the q8_0 output head). The tiles keep int8x4_high, each decode serving 8 tokens.
+// 115-118 ms (the q8_0 output head). The tiles keep int8x4_high, each decode serving 8 tokens
+// (with this one and each token's x scaled, SwiftShader's q8_0 shapes at 64 tokens took 244 and
+// 273 ms against 186 and 187; lavapipe within its noise).
 vec4 int8x4_placed(uint w) {
     uint v = w ^ 0x00808080u;
     return vec4(ivec4(uvec4(v & 0xFFu, v & 0xFF00u, v & 0xFF0000u, v & 0xFF000000u)));
