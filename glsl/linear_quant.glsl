@@ -131,15 +131,16 @@ vec4 bytes4(uint word) {
     return vec4(ivec4(uvec4(word) >> uvec4(0u, 8u, 16u, 24u) & 0xFFu));
 }
 
-#if PLANES && QTYPE != 2 && TOKENS > 1
-// The low nibbles of word's four bytes as floats in a tile: each masked where it lies, converted
-// as a signed int (positive: the top one below 2^28) and scaled down by its place (exact), with
-// no shift: SwiftShader shifts a vector lane by lane. Against bytes4 of the masked word, SmolLM2's
-// four linear shapes in q4_1 at 64 tokens, one process each, min of 15: SwiftShader 283, 357, 265
-// -> 216, 271, 246 ms; lavapipe within its noise (six pairs: median of the mins 22.3 -> 22.5)
-vec4 nibbles4(uint word) {
-    return vec4(ivec4(uvec4(word) & uvec4(0xFu, 0xF00u, 0xF0000u, 0xF000000u))) * vec4(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 16777216.0);
-}
+#if PLANES && QTYPE != 2
+// The low nibbles of word's four bytes, each masked where it lies and converted as a signed int
+// (positive: the top one below 2^28): nibble f's value times 2^(8f), no shift (SwiftShader shifts
+// a vector lane by lane). LO_SCALE's places take them back down exactly. A tile scales the
+// nibbles by them (its high nibbles: word >> 4 first); against bytes4 of the masked word,
+// SmolLM2's four linear shapes in q4_1 at 64 tokens, one process each, min of 15: SwiftShader 283,
+// 357, 265 -> 216, 271, 246 ms; lavapipe within its noise (six pairs: median of the mins 22.3 ->
+// 22.5). One token scales x instead (below).
+vec4 nibbles_lo(uint w) { return vec4(ivec4(uvec4(w) & uvec4(0xFu, 0xF00u, 0xF0000u, 0xF000000u))); }
+#define LO_SCALE vec4(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 16777216.0)
 #endif
 #if QTYPE == 2 && PLANES
 // Q8_0's four int8 of word as floats times 2^24: each byte moved to the top byte, the rest masked
@@ -155,8 +156,8 @@ vec4 int8x4_high(uint w) {
 // lane by lane. Each low byte's sign bit flipped (the int is then the byte plus 128 times its
 // place 2^(8k)), the top byte's kept (its signed value times 2^24); x's values come scaled by
 // 2^24 over their byte's place (Q8_PLACES: d's Q8_0_UNIT holds as for the tiles), and the 128s'
-// share, 2^31 times the sum of x's values at the low three bytes (xc), is taken off once per
-// block. Against int8x4_high, SmolLM2's four linear shapes at one token in q8_0 on SwiftShader
+// share, 2^31 times the sum of x's values at the low three bytes (xc, made once per block for
+// all the rows), is taken off once per row's block. Against int8x4_high, SmolLM2's four linear shapes at one token in q8_0 on SwiftShader
 // 7.96-10.0 -> 5.24-5.77 ms (lavapipe within its noise); its decode step's linears 141-155 ->
 // 115-118 ms (the q8_0 output head). The tiles keep int8x4_high, each decode serving 8 tokens
 // (with this one and each token's x scaled, SwiftShader's q8_0 shapes at 64 tokens took 244 and
@@ -170,19 +171,17 @@ vec4 int8x4_placed(uint w) {
 #endif
 #if PLANES && QTYPE != 2 && TOKENS == 1
 // A one-token linear's Q4 nibbles decoded where they lie: word & mask is nibble f's value times
-// 2^(4f), converted as a signed int (the top nibble's sign bit flipped first, so its int is the
+// 2^(4f) (nibbles_lo, nibbles_hi), converted as a signed int (the top nibble's sign bit flipped first, so its int is the
 // nibble less 8 times 2^28, the 8s' share xh added once per block: SwiftShader shifts a vector
 // lane by lane, and word >> 28 had cost its q4_1 GEMVs 8%); x's values come scaled by the
 // inverse (LO_SCALE, HI_SCALE: exact), once per block for all the rows. Against bytes4 of the
 // shifted, masked word, in one process: SmolLM2's four layer linears at one token, SwiftShader
 // q4_1 3.88 -> 1.92 ms, q4_0 4.81 -> 2.43; lavapipe (AVX2) within -10% .. +1%. The tiles scale
-// the nibbles (nibbles4), not each token's x: that cost more there than the decode it saves,
-// which the tile's tokens share (lavapipe's 64-token q4_1 linears 8.7 -> 9.2 ms)
-vec4 nibbles_lo(uint w) { return vec4(ivec4(uvec4(w) & uvec4(0xFu, 0xF00u, 0xF0000u, 0xF000000u))); }
+// the nibbles, not each token's x: that cost more there than the decode it saves, which the
+// tile's tokens share (lavapipe's 64-token q4_1 linears 8.7 -> 9.2 ms)
 vec4 nibbles_hi(uint w) {
     return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0xF00000u, (w ^ 0x80000000u) & 0xF0000000u)));
 }
-#define LO_SCALE vec4(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 16777216.0)
 #define HI_SCALE vec4(1.0 / 16.0, 1.0 / 4096.0, 1.0 / 1048576.0, 1.0 / 268435456.0)
 #endif
 #if RESIDUAL
@@ -222,7 +221,7 @@ vec4 nibbles_hi(uint w) {
             sq += dot(int8x4_placed(quads[i]), xv[j * 4u + i]); \
         } \
     } \
-    sq -= 2147483648.0 * xc; \
+    sq -= xc; \
     BLOCK_SCALES(head, s) \
     ACC += SCALED(sq, 0.0); }
 #elif QTYPE == 2
@@ -341,8 +340,8 @@ vec4 nibbles_hi(uint w) {
     uvec4 quads = WORDF##_QUADS(blk, 0u); \
     uint head = WORDF##_HEAD(blk); \
     [[unroll]] for (uint i = 0u; i < 4u; ++i) { \
-        vec4 lo = nibbles4(quads[i]); \
-        vec4 hi = nibbles4(quads[i] >> 4u); \
+        vec4 lo = nibbles_lo(quads[i]) * LO_SCALE; \
+        vec4 hi = nibbles_lo(quads[i] >> 4u) * LO_SCALE; \
         DOT_TOKENS(lo, i) \
         DOT_TOKENS(hi, i + 4u) \
     } \
@@ -370,8 +369,10 @@ vec4 nibbles_hi(uint w) {
 #if QTYPE == 2
 #if PLANES
 #define Q8_PLACE(v) { xc += v.x + v.y + v.z; v *= Q8_PLACES; }
+#define Q8_BIAS xc *= 2147483648.0;
 #else
 #define Q8_PLACE(v)
+#define Q8_BIAS
 #endif
 #define X_BLOCK(m, b) \
     vec4 xv[8]; \
@@ -383,6 +384,7 @@ vec4 nibbles_hi(uint w) {
             XN(xv[i], G4((b) * 8u + i), ss) \
             Q8_PLACE(xv[i]) \
         } \
+        Q8_BIAS \
     }
 #else
 #if PLANES
