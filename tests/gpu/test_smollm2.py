@@ -119,8 +119,8 @@ def test_bench_decode_reports_rates_and_the_gpu_profile(device, smollm2_path, ca
 def test_run_model_records_what_a_session_dispatches_and_validates(device, smollm2_path, capsys, monkeypatch):
     """The run model's graph is the session's: as many dispatches per decoded token; --validate
     --decode puts it next to bench decode in a fresh process, and with --rates-now next to a
-    prediction from [execute] rates measured again (here: lavapipe.toml's, in place of a
-    calibration's minute or two)."""
+    prediction from [execute] rates measured again before the process (here: lavapipe.toml's, in
+    place of a calibration's minute or two)."""
     import dataclasses
 
     from vkgraph.tools import calibrate
@@ -132,7 +132,7 @@ def test_run_model_records_what_a_session_dispatches_and_validates(device, smoll
     if shipped_profile(device.renderer) is None:
         pytest.skip(f"no profile is shipped for {device.renderer}: --validate needs one")
     rates = load_profile("lavapipe").execute
-    monkeypatch.setattr(calibrate, "_execute_rates", lambda dev, repeat, nbytes: rates)
+    monkeypatch.setattr(calibrate, "execute_rates_now", lambda: rates)
     assert cli.main(["simulate", "--validate", "--decode", "--repeat", "1", "--prompt-tokens", "5",
                      "--new-tokens", "2", "--json", "--rates-now"]) == 0
     r = json.loads(capsys.readouterr().out)

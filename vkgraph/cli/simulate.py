@@ -77,7 +77,7 @@ def cmd_validate_decode(args: argparse.Namespace) -> int:
         return 0
     print(f"{model} on {row['device']}: simulated ({args.profile}) vs measured (vkgraph bench decode, "
           f"{args.prompt_tokens}-token prompt, {args.new_tokens} new tokens; {args.repeat} fresh processes):\n")
-    now = " | simulated, rates measured now | error" if args.rates_now else ""
+    now = " | simulated, rates measured before each process | error (median)" if args.rates_now else ""
     print(f"| | measured: median (min..max) | simulated | error{now} |")
     print("|---|---|---|---|" + ("---|---|" if now else ""))
     for key, label in (("prefill_tok_s", "prefill tok/s"), ("decode_tok_s", "decode tok/s"),
@@ -105,7 +105,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 0
     print(f"simulated ({args.profile}) vs measured ({args.repeat} fresh processes, interleaved; "
           f"{args.loads} loads each):\n")
-    now = " | simulated, rates measured now | error" if args.rates_now else ""
+    now = " | simulated, rates measured before each round | error (median)" if args.rates_now else ""
     print(f"| model | mode | 1st load of a process: median (min..max) | simulated | error{now} "
           f"| settled loads (3rd on): median (min..max) | simulated | error{now} "
           "| 2nd load: median | peak staging in flight measured / simulated | error |")
@@ -240,8 +240,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--repeat", type=int, default=1, help="with --validate: fresh processes per point")
     sim.add_argument("--rates-now", action="store_true",
                      help="with --validate: also measure the profile's load rates (with --decode: its [execute] "
-                          "rates) again on this device and simulate with them: the model's error apart from the "
-                          "host's drift since the profile was calibrated")
+                          "rates) again on this device before every round (about a minute each) and simulate that "
+                          "round with them: the model's error apart from the host's drift since the profile was "
+                          "calibrated and during the run (the median of the rounds' errors)")
     sim.add_argument("--loads", type=int, default=4,
                      help="with --validate: loads per process (> 2); the first load is compared with the "
                           "first-load simulation, the loads after the second with the settled one (the first two "

@@ -726,7 +726,8 @@ SIZE_MB, REPEAT = 32, 7
 def load_rates(device: Device, dispatch_s: float, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -> dict[str, Any]:
     """The profile's rates of a load's bytes (the fields of :class:`Profile` they go to): the CPU's
     copies into touched and fresh memory, GPU packing (and on a CPU renderer into populated
-    memory), the host forms' packing and populating fresh memory, each as calibrate measures it
+    memory), the host forms' packing and populating fresh memory, and how much encoding and
+    packing slow each other while both run (:func:`contention`), each as calibrate measures it
     (``dispatch_s``: a packing dispatch's cost, taken off the packing). The rates a shared host's
     speed moves (by a fifth or more within hours on this project's VM), which ``vkgraph simulate
     --validate --rates-now`` measures again to tell the model's error from that drift."""
@@ -746,13 +747,14 @@ def load_rates(device: Device, dispatch_s: float, *, size_mb: int = SIZE_MB, rep
         populated["default"] = populated["linear_4x4"]
     # on huge pages only while a load's weights fit in HUGE_PAGES_UP_TO_NBYTES (scheduler.py)
     huge_mb = min(4 * size_mb, HUGE_PAGES_UP_TO_NBYTES >> 20)
+    cpu_rate, gpu_rate = contention(size_mb)
     return {"copy_gbps": copy, "fresh_copy_gbps": _in_fresh_processes(f"fresh_copy_gbps('fresh', {size_mb})"),
             "direct_copy_gbps": _in_fresh_processes(f"fresh_copy_gbps('block', {size_mb})")
             if device.host_visible_device_local else None,
             "pack_gbps": pack, "host_pack_gbps": host, "populated_pack_gbps": populated,
             "populate_gbps": _in_fresh_processes(f"populate_gbps({4 * size_mb})") if device.is_cpu else None,
             "populate_huge_gbps": _in_fresh_processes(f"populate_gbps({huge_mb}, huge_pages=True)")
-            if device.is_cpu else None}
+            if device.is_cpu else None, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
 
 
 def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -> tuple[Profile, dict[str, Any]]:
@@ -768,7 +770,6 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
     encode_node_s, dispatch_s = _in_fresh_processes(f"node_costs({repeat}, {nbytes})")
     encode_direct_s, settled_direct = _direct_writes(device, repeat) or (None, None)
     rates = load_rates(device, dispatch_s, size_mb=size_mb, repeat=repeat)
-    cpu_rate, gpu_rate = contention(size_mb)
     fresh_device = _fresh_device_gbps(size_mb)
     # the weights a CPU renderer's loads write themselves (SmolLM2's GGML blocks, embeddings)
     fresh_direct = _fresh_device_gbps(size_mb, host_packed=True) if device.is_cpu else None
@@ -778,7 +779,7 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
     profile = Profile(p.name, p.host_visible_device_local, max(16, p.limits["minStorageBufferOffsetAlignment"]),
                       encode_node_s=encode_node_s, submit_s=submit_s, fence_latency_s=fence_s, dispatch_s=dispatch_s,
                       source=f"vkgraph simulate --calibrate on {p.name} ({p.driver}), {datetime.date.today()}",
-                      source_read_gbps=source_read, cpu_rate=cpu_rate, gpu_rate=gpu_rate, cpu_renderer=device.is_cpu,
+                      source_read_gbps=source_read, cpu_renderer=device.is_cpu,
                       fresh_device_gbps=fresh_device, fresh_direct_gbps=fresh_direct, renderer=device.renderer,
                       simd_width=device.simd_width, max_texel_buffer_elements=p.limits["maxTexelBufferElements"],
                       execute=execute, encode_direct_s=encode_direct_s, settled_direct_gbps=settled_direct,
@@ -787,7 +788,7 @@ def calibrate(device: Device, *, size_mb: int = SIZE_MB, repeat: int = REPEAT) -
            "settled_populate_share": settled_populate, "execute": dataclasses.asdict(execute),
            "source_read_gbps": source_read, "submit_s": submit_s, "fence_latency_s": fence_s,
            "encode_node_s": encode_node_s, "encode_direct_s": encode_direct_s, "settled_direct_gbps": settled_direct,
-           "dispatch_s": dispatch_s, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
+           "dispatch_s": dispatch_s}
     return profile, raw
 
 
@@ -910,40 +911,46 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
     (``second_*``) and the settled ones (``measured_*``; median, min, max); ``load_error`` is the
     settled simulation against the settled loads' median, ``fresh_error`` the first-load
     simulation (``simulate(first_load=True)``) against the first loads' median. With
-    ``rates_now`` the profile's load rates (:func:`load_rates`) are measured again first and the
-    loads simulated with them too (``simulated_fresh_now``, ``fresh_error_now``,
-    ``simulated_load_now``, ``load_error_now``): the load model's own error, apart from how far the
-    host's speed has moved since the profile was calibrated."""
+    ``rates_now`` the profile's load rates (:func:`load_rates`) are measured again before every
+    round and that round's loads simulated with them too: ``fresh_error_now`` and
+    ``load_error_now`` are the medians over the rounds of each round's error,
+    ``simulated_fresh_now`` and ``simulated_load_now`` the medians of its simulations. That is the
+    load model's own error, apart from how far the host's speed has moved since the profile was
+    calibrated, and from its drift within the run (a shared VM's, by a fifth or more within
+    minutes: rates measured once, before all the rounds, put SwiftShader's staged loads of
+    synthetic:256 at +18% and +28% in two runs where the rates of a minute later simulated the
+    loads then measured within 14%)."""
     from .bench import SETTLING_LOADS, config_for, load_in_subprocess
 
     if loads <= SETTLING_LOADS:
         raise ValueError(f"--loads must be > {SETTLING_LOADS}: the first {SETTLING_LOADS} loads of a process "
                          "fault in memory the process does not hold yet and are not compared")
     profile = load_profile(profile_name)
-    now = None
-    if rates_now:
-        with Device() as dev:
-            now = dataclasses.replace(profile, **load_rates(dev, profile.dispatch_s))
+    now: list[Profile] = []  # per round, with rates_now
     cells = [(model, mode) for model in models for mode in VALIDATE_MODES]
     fresh: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
     second: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
-    settled: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
+    settled: dict[tuple[str, str], list[list[dict[str, Any]]]] = {c: [] for c in cells}  # per round
     for r in range(repeat):
+        if rates_now:
+            with Device() as dev:
+                now.append(dataclasses.replace(profile, **load_rates(dev, profile.dispatch_s)))
         for i, (model, mode) in enumerate(cells):
             results = load_in_subprocess(model, mode, config, loads, check="last")
             fresh[(model, mode)].append(results[0])
             second[(model, mode)].append(results[1])
-            settled[(model, mode)] += results[SETTLING_LOADS:]
+            settled[(model, mode)].append(results[SETTLING_LOADS:])
             if progress:
                 progress(r * len(cells) + i + 1, repeat * len(cells))
     rows = []
+    med = statistics.median
     for model in models:
         nodes = model_nodes(model, profile, config_for(VALIDATE_MODES[0], config))
         for mode in VALIDATE_MODES:
-            times = [x["load_s"] for x in settled[(model, mode)]]
+            times = [x["load_s"] for run in settled[(model, mode)] for x in run]
             first = [x["load_s"] for x in fresh[(model, mode)]]
             m_load = statistics.median(times)
-            m_staging = int(statistics.median(x["peak_staging_nbytes"] for x in settled[(model, mode)]))
+            m_staging = int(statistics.median(x["peak_staging_nbytes"] for run in settled[(model, mode)] for x in run))
             cfg = config_for(mode, config)
             sim = simulate(nodes, cfg, profile, mode)
             sim_first = simulate(nodes, cfg, profile, mode, first_load=True)
@@ -956,22 +963,40 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
                          "simulated_load_s": sim.load_s, "load_error": sim.load_s / m_load - 1,
                          "measured_peak_staging": m_staging, "simulated_peak_staging": sim.peak_staging_nbytes,
                          "staging_error": (sim.peak_staging_nbytes / m_staging - 1) if m_staging else 0.0})
-            if now is not None:
-                first_now = simulate(nodes, cfg, now, mode, first_load=True).load_s
-                settled_now = simulate(nodes, cfg, now, mode).load_s
-                rows[-1].update(simulated_fresh_now=first_now, fresh_error_now=first_now / statistics.median(first) - 1,
-                                simulated_load_now=settled_now, load_error_now=settled_now / m_load - 1)
+            if now:
+                first_now = [simulate(nodes, cfg, p, mode, first_load=True).load_s for p in now]
+                settled_now = [simulate(nodes, cfg, p, mode).load_s for p in now]
+                rows[-1].update(simulated_fresh_now=med(first_now),
+                                fresh_error_now=med(t / x - 1 for t, x in zip(first_now, first)),
+                                simulated_load_now=med(settled_now),
+                                load_error_now=med(t / med(x["load_s"] for x in run) - 1
+                                                   for t, run in zip(settled_now, settled[(model, mode)])))
     return rows
+
+
+def execute_rates_now() -> ExecuteRates:
+    """One calibration's [execute] rates (:func:`_execute_rates`), measured in a fresh process on
+    the device of ``$VKGRAPH_DEVICE``."""
+    import json
+
+    from .bench import python_in_subprocess
+
+    code = ("import dataclasses, json; from vkgraph.runtime import Device; from vkgraph.tools import calibrate as c\n"
+            "with Device() as d:\n"
+            "    print(json.dumps(dataclasses.asdict(c._execute_rates(d, c.REPEAT, 2 * (c.SIZE_MB << 20))), "
+            "default=float))")
+    return ExecuteRates(**json.loads(python_in_subprocess(["-c", code]).splitlines()[-1]))
 
 
 def validate_decode(profile_name: str, model: str = "smollm2", repeat: int = 3, prompt_tokens: int = 64,
                     new_tokens: int = 32, progress=None, rates_now: bool = False) -> dict[str, Any]:
     """Predicted (tools/simulate_run.py) vs measured prefill and decode speed: ``vkgraph bench
     decode --json`` in ``repeat`` fresh processes (the device of ``$VKGRAPH_DEVICE``), medians.
-    With ``rates_now`` the profile's [execute] rates are also measured again first, in this
-    process (one calibration's: _execute_rates), and the same predicted with them
-    (``simulated_now``, ``error_now``): the run model's own error, apart from how far the host's
-    speed has moved since the profile was calibrated (a shared VM's, by a fifth or more)."""
+    With ``rates_now`` the profile's [execute] rates are also measured again before every
+    process (:func:`execute_rates_now`) and that process's figures predicted with them:
+    ``error_now`` is the median of those errors, ``simulated_now`` of those predictions: the run
+    model's own error, apart from how far the host's speed has moved since the profile was
+    calibrated and within the run (a shared VM's, by a fifth or more within minutes)."""
     import json
 
     from .bench import python_in_subprocess
@@ -979,13 +1004,12 @@ def validate_decode(profile_name: str, model: str = "smollm2", repeat: int = 3, 
 
     profile = load_profile(profile_name)
     pred = simulate_decode(model, profile, prompt_tokens, new_tokens)
-    now = None
-    if rates_now:
-        with Device() as dev:
-            rates = _execute_rates(dev, REPEAT, 2 * (SIZE_MB << 20))  # as calibrate measures them
-        now = simulate_decode(model, dataclasses.replace(profile, execute=rates), prompt_tokens, new_tokens)
+    now = []  # per process, with rates_now
     runs = []
     for r in range(repeat):
+        if rates_now:
+            rates = execute_rates_now()
+            now.append(simulate_decode(model, dataclasses.replace(profile, execute=rates), prompt_tokens, new_tokens))
         out = python_in_subprocess(["-m", "vkgraph", "bench", "decode", "--model", model, "--prompt-tokens",
                                     str(prompt_tokens), "--new-tokens", str(new_tokens), "--json"])
         runs.append(json.loads(out.strip().splitlines()[-1]))
@@ -998,7 +1022,7 @@ def validate_decode(profile_name: str, model: str = "smollm2", repeat: int = 3, 
         got = [x[key] for x in runs]
         row[key] = {"measured": statistics.median(got), "min": min(got), "max": max(got), "simulated": predicted,
                     "error": predicted / statistics.median(got) - 1}
-        if now is not None:
-            row[key]["simulated_now"] = getattr(now, key)
-            row[key]["error_now"] = getattr(now, key) / statistics.median(got) - 1
+        if now:
+            row[key]["simulated_now"] = statistics.median(getattr(p, key) for p in now)
+            row[key]["error_now"] = statistics.median(getattr(p, key) / x - 1 for p, x in zip(now, got))
     return row
