@@ -158,19 +158,30 @@ def test_validate_compares_settled_loads(device, tmp_path, monkeypatch):
         assert r["fresh_error"] == pytest.approx(r["simulated_fresh_s"] / r["fresh_load_s"] - 1)
         assert r["simulated_fresh_s"] >= r["simulated_load_s"]
         assert "simulated_fresh_now" not in r
-    # --rates-now: the profile's load rates measured again (here: fixed ones, a third of the
-    # profile's), the loads simulated with them too
+    # --rates-now: the profile's load rates measured again before every round (here: fixed ones,
+    # a third of the profile's, then a sixth), each round's loads simulated with its own rates
     from vkgraph.tools import calibrate
     from vkgraph.tools.bench import config_for
 
-    slow = {"copy_gbps": 1.0, "fresh_copy_gbps": 0.5, "pack_gbps": {"default": 0.4, "identity": 1.0}}
-    monkeypatch.setattr(calibrate, "load_rates", lambda dev, dispatch_s: slow)
-    rows = validate("lavapipe", ("synthetic:4",), loads=3, rates_now=True)
-    now = dataclasses.replace(load_profile("lavapipe"), **slow)
-    nodes = model_nodes("synthetic:4", now)
+    slow = [{"copy_gbps": 1.0, "fresh_copy_gbps": 0.5, "pack_gbps": {"default": 0.4, "identity": 1.0}},
+            {"copy_gbps": 0.5, "fresh_copy_gbps": 0.25, "pack_gbps": {"default": 0.2, "identity": 0.5}}]
+    measured = iter(slow)
+    monkeypatch.setattr(calibrate, "load_rates", lambda dev, dispatch_s: next(measured))
+    rows = validate("lavapipe", ("synthetic:4",), repeat=2, loads=3, rates_now=True)
+    assert next(measured, None) is None  # once a round
+    now = [dataclasses.replace(load_profile("lavapipe"), **rates) for rates in slow]
+    nodes = model_nodes("synthetic:4", now[0])
+
+    def paired(sims: list[float], lo: float, hi: float) -> tuple[float, float]:
+        """The median of the rounds' errors, the two rounds' loads (lo, hi) in either order."""
+        return ((sims[0] / lo + sims[1] / hi) / 2 - 1, (sims[0] / hi + sims[1] / lo) / 2 - 1)
+
     for r in rows:
-        first = simulate(nodes, config_for(r["mode"], None), now, r["mode"], first_load=True).load_s
-        assert r["simulated_fresh_now"] == pytest.approx(first) and r["simulated_fresh_now"] > r["simulated_fresh_s"]
-        assert r["fresh_error_now"] == pytest.approx(first / r["fresh_load_s"] - 1)
-        settled = simulate(nodes, config_for(r["mode"], None), now, r["mode"]).load_s
-        assert r["load_error_now"] == pytest.approx(settled / r["measured_load_s"] - 1)
+        cfg = config_for(r["mode"], None)
+        first = [simulate(nodes, cfg, p, r["mode"], first_load=True).load_s for p in now]
+        assert r["simulated_fresh_now"] == pytest.approx(sum(first) / 2) and min(first) > r["simulated_fresh_s"]
+        assert any(r["fresh_error_now"] == pytest.approx(e) for e in paired(first, r["fresh_min_s"], r["fresh_max_s"]))
+        settled = [simulate(nodes, cfg, p, r["mode"]).load_s for p in now]  # a settled load a round (loads=3)
+        assert r["simulated_load_now"] == pytest.approx(sum(settled) / 2)
+        assert any(r["load_error_now"] == pytest.approx(e)
+                   for e in paired(settled, r["measured_min_s"], r["measured_max_s"]))
