@@ -70,8 +70,8 @@ def cmd_validate_decode(args: argparse.Namespace) -> int:
 
     model = args.model or "smollm2"
     args.profile = _validate_profile(args)
-    row = validate_decode(args.profile, model, args.repeat, args.prompt_tokens, args.new_tokens,
-                          None if args.json else terminal_progress("validate", "processes"), args.rates_now)
+    progress = None if args.json else terminal_progress("validate", "steps" if args.rates_now else "processes")
+    row = validate_decode(args.profile, model, args.repeat, args.prompt_tokens, args.new_tokens, progress, args.rates_now)
     if args.json:
         print(json.dumps(row))
         return 0
@@ -98,8 +98,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     models = tuple(args.models.split(",")) if args.models else VALIDATE_MODELS
     args.profile = _validate_profile(args)
-    rows = validate(args.profile, models, args.repeat, args.config,
-                    None if args.json else terminal_progress("validate", "processes"), args.loads, args.rates_now)
+    progress = None if args.json else terminal_progress("validate", "steps" if args.rates_now else "processes")
+    rows = validate(args.profile, models, args.repeat, args.config, progress, args.loads, args.rates_now)
     if args.json:
         print(json.dumps(rows))
         return 0

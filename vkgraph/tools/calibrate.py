@@ -931,17 +931,20 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
     fresh: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
     second: dict[tuple[str, str], list[dict[str, Any]]] = {c: [] for c in cells}
     settled: dict[tuple[str, str], list[list[dict[str, Any]]]] = {c: [] for c in cells}  # per round
+    steps = len(cells) + rates_now  # a round's, for progress: its loads' processes and its rates
     for r in range(repeat):
         if rates_now:
             with Device() as dev:
                 now.append(dataclasses.replace(profile, **load_rates(dev, profile.dispatch_s)))
+            if progress:
+                progress(r * steps + 1, repeat * steps)
         for i, (model, mode) in enumerate(cells):
             results = load_in_subprocess(model, mode, config, loads, check="last")
             fresh[(model, mode)].append(results[0])
             second[(model, mode)].append(results[1])
             settled[(model, mode)].append(results[SETTLING_LOADS:])
             if progress:
-                progress(r * len(cells) + i + 1, repeat * len(cells))
+                progress(r * steps + rates_now + i + 1, repeat * steps)
     rows = []
     med = statistics.median
     for model in models:
@@ -1010,11 +1013,13 @@ def validate_decode(profile_name: str, model: str = "smollm2", repeat: int = 3, 
         if rates_now:
             rates = execute_rates_now()
             now.append(simulate_decode(model, dataclasses.replace(profile, execute=rates), prompt_tokens, new_tokens))
+            if progress:
+                progress(2 * r + 1, 2 * repeat)
         out = python_in_subprocess(["-m", "vkgraph", "bench", "decode", "--model", model, "--prompt-tokens",
                                     str(prompt_tokens), "--new-tokens", str(new_tokens), "--json"])
         runs.append(json.loads(out.strip().splitlines()[-1]))
         if progress:
-            progress(r + 1, repeat)
+            progress((1 + rates_now) * (r + 1), (1 + rates_now) * repeat)
     row: dict[str, Any] = {"model": model, "profile": profile_name, "prompt_tokens": prompt_tokens,
                            "new_tokens": new_tokens, "repeat": repeat, "device": runs[0]["device"]}
     for key, predicted in (("prefill_tok_s", pred.prefill_tok_s), ("decode_tok_s", pred.decode_tok_s),
