@@ -152,16 +152,16 @@ vec4 int8x4_high(uint w) {
 }
 #define Q8_0_UNIT (1.0 / 16777216.0)
 #if TOKENS == 1
-// A one-token linear's int8 decoded where they lie, with no shift: SwiftShader shifts a vector
-// lane by lane. Each low byte's sign bit flipped (the int is then the byte plus 128 times its
-// place 2^(8k)), the top byte's kept (its signed value times 2^24); x's values come scaled by
-// 2^24 over their byte's place (Q8_PLACES: d's Q8_0_UNIT holds as for the tiles), and the 128s'
-// share, 2^31 times the sum of x's values at the low three bytes (xc, made once per block for
-// all the rows), is taken off once per row's block. Against int8x4_high, SmolLM2's four linear shapes at one token in q8_0 on SwiftShader
-// 7.96-10.0 -> 5.24-5.77 ms (lavapipe within its noise); its decode step's linears 141-155 ->
-// 115-118 ms (the q8_0 output head). The tiles keep int8x4_high, each decode serving 8 tokens
-// (with this one and each token's x scaled, SwiftShader's q8_0 shapes at 64 tokens took 244 and
-// 273 ms against 186 and 187; lavapipe within its noise).
+// A one-token linear's int8 decoded where they lie, with no shift: SwiftShader shifts a vector lane
+// by lane. Each low byte's sign bit flipped (the int is then the byte plus 128 times its place
+// 2^(8k)), the top byte's kept (its signed value times 2^24); x's values come scaled by 2^24 over
+// their byte's place (Q8_PLACES: d's Q8_0_UNIT holds as for the tiles), and the 128s' share, 2^31
+// times the sum of x's values at the low three bytes (xc, made once per block for all the rows), is
+// taken off once per row's block. Against int8x4_high, SmolLM2's four linear shapes at one token in
+// q8_0 on SwiftShader 7.96-10.0 -> 5.24-5.77 ms (lavapipe within its noise); its decode step's
+// linears 141-155 -> 115-118 ms (the q8_0 output head). The tiles keep int8x4_high, each decode
+// serving 8 tokens (with this one and each token's x scaled, SwiftShader's q8_0 shapes at 64 tokens
+// took 244 and 273 ms against 186 and 187; lavapipe within its noise).
 vec4 int8x4_placed(uint w) {
     uint v = w ^ 0x00808080u;
     return vec4(ivec4(uvec4(v & 0xFFu, v & 0xFF00u, v & 0xFF0000u, v & 0xFF000000u)));
@@ -171,14 +171,14 @@ vec4 int8x4_placed(uint w) {
 #endif
 #if PLANES && QTYPE != 2 && TOKENS == 1
 // A one-token linear's Q4 nibbles decoded where they lie: word & mask is nibble f's value times
-// 2^(4f) (nibbles_lo, nibbles_hi), converted as a signed int (the top nibble's sign bit flipped first, so its int is the
-// nibble less 8 times 2^28, the 8s' share xh added once per block: SwiftShader shifts a vector
-// lane by lane, and word >> 28 had cost its q4_1 GEMVs 8%); x's values come scaled by the
-// inverse (LO_SCALE, HI_SCALE: exact), once per block for all the rows. Against bytes4 of the
-// shifted, masked word, in one process: SmolLM2's four layer linears at one token, SwiftShader
-// q4_1 3.88 -> 1.92 ms, q4_0 4.81 -> 2.43; lavapipe (AVX2) within -10% .. +1%. The tiles scale
-// the nibbles, not each token's x: that cost more there than the decode it saves, which the
-// tile's tokens share (lavapipe's 64-token q4_1 linears 8.7 -> 9.2 ms)
+// 2^(4f) (nibbles_lo, nibbles_hi), converted as a signed int (the top nibble's sign bit flipped
+// first, so its int is the nibble less 8 times 2^28, the 8s' share xh added once per block:
+// SwiftShader shifts a vector lane by lane, and word >> 28 had cost its q4_1 GEMVs 8%); x's values
+// come scaled by the inverse (LO_SCALE, HI_SCALE: exact), once per block for all the rows. Against
+// bytes4 of the shifted, masked word, in one process: SmolLM2's four layer linears at one token,
+// SwiftShader q4_1 3.88 -> 1.92 ms, q4_0 4.81 -> 2.43; lavapipe (AVX2) within -10% .. +1%. The
+// tiles scale the nibbles, not each token's x: that cost more there than the decode it saves, which
+// the tile's tokens share (lavapipe's 64-token q4_1 linears 8.7 -> 9.2 ms)
 vec4 nibbles_hi(uint w) {
     return vec4(ivec4(uvec4(w & 0xF0u, w & 0xF000u, w & 0xF00000u, (w ^ 0x80000000u) & 0xF0000000u)));
 }

@@ -925,6 +925,7 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
     if loads <= SETTLING_LOADS:
         raise ValueError(f"--loads must be > {SETTLING_LOADS}: the first {SETTLING_LOADS} loads of a process "
                          "fault in memory the process does not hold yet and are not compared")
+    med = statistics.median
     profile = load_profile(profile_name)
     now: list[Profile] = []  # per round, with rates_now
     cells = [(model, mode) for model in models for mode in VALIDATE_MODES]
@@ -946,23 +947,22 @@ def validate(profile_name: str, models: tuple[str, ...] = VALIDATE_MODELS, repea
             if progress:
                 progress(r * steps + rates_now + i + 1, repeat * steps)
     rows = []
-    med = statistics.median
     for model in models:
         nodes = model_nodes(model, profile, config_for(VALIDATE_MODES[0], config))
         for mode in VALIDATE_MODES:
             times = [x["load_s"] for run in settled[(model, mode)] for x in run]
             first = [x["load_s"] for x in fresh[(model, mode)]]
-            m_load = statistics.median(times)
-            m_staging = int(statistics.median(x["peak_staging_nbytes"] for run in settled[(model, mode)] for x in run))
+            m_load = med(times)
+            m_staging = int(med(x["peak_staging_nbytes"] for run in settled[(model, mode)] for x in run))
             cfg = config_for(mode, config)
             sim = simulate(nodes, cfg, profile, mode)
             sim_first = simulate(nodes, cfg, profile, mode, first_load=True)
             rows.append({"model": model, "mode": mode, "measured_load_s": m_load, "measured_min_s": min(times),
-                         "measured_max_s": max(times), "fresh_load_s": statistics.median(first),
+                         "measured_max_s": max(times), "fresh_load_s": med(first),
                          "fresh_min_s": min(first), "fresh_max_s": max(first),
                          "simulated_fresh_s": sim_first.load_s,
-                         "fresh_error": sim_first.load_s / statistics.median(first) - 1,
-                         "second_load_s": statistics.median(x["load_s"] for x in second[(model, mode)]),
+                         "fresh_error": sim_first.load_s / med(first) - 1,
+                         "second_load_s": med(x["load_s"] for x in second[(model, mode)]),
                          "simulated_load_s": sim.load_s, "load_error": sim.load_s / m_load - 1,
                          "measured_peak_staging": m_staging, "simulated_peak_staging": sim.peak_staging_nbytes,
                          "staging_error": (sim.peak_staging_nbytes / m_staging - 1) if m_staging else 0.0})
