@@ -2,6 +2,9 @@
 interleaved with `vkgraph bench load --mode copy-floor` (the same constants' bytes read from the
 model's files into freshly allocated memory by numpy, nothing packed) in fresh processes of the
 same run. Prints medians and the floor / load ratio (1.0: a load at the speed of that copy).
+Runs: the default config; the default with `prepack.host_packing = "never"` (packing shaders on
+every device: the default on all but SwiftShader, where the CPU packs: graph/packers.py's
+HOST_PACKING_RENDERERS); configs/fast-load.toml.
 
     .venv/bin/python benchmarks/pack_speed.py [--model synthetic:512] [--repeat 5] [--device swiftshader]
 """
@@ -12,6 +15,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 from vkgraph.paths import CONFIG_DIR  # noqa: E402
 from vkgraph.tools.bench import FLOOR, load_in_subprocess  # noqa: E402
 
-RUNS = [("copy floor (numpy)", FLOOR, None), ("staged, default.toml", "staged", None),
+SHADERS = "staged, default.toml + host_packing = \"never\""
+RUNS = [("copy floor (numpy)", FLOOR, None), ("staged, default.toml", "staged", None), (SHADERS, "staged", SHADERS),
         ("staged, fast-load.toml", "staged", str(CONFIG_DIR / "fast-load.toml"))]
 
 
@@ -32,14 +37,19 @@ def main() -> int:
     args = ap.parse_args()
     if args.device:
         os.environ["VKGRAPH_DEVICE"] = args.device
-    load_in_subprocess(args.model, "staged")  # the weights file exists and the shader caches are warm
-    times: dict[str, list[float]] = {name: [] for name, _, _ in RUNS}
-    info: dict[str, dict] = {}
-    for _ in range(args.repeat):
-        for name, mode, config in RUNS:
-            (r,) = load_in_subprocess(args.model, mode, config)
-            times[name].append(r["load_s"])
-            info[name] = r
+    with tempfile.TemporaryDirectory() as tmp:
+        shaders = Path(tmp) / "shaders.toml"
+        shaders.write_text('[prepack]\nhost_packing = "never"\n')
+        configs = {SHADERS: str(shaders)}
+        for config in (None, str(shaders)):  # the weights file exists and the shader caches are warm
+            load_in_subprocess(args.model, "staged", config)
+        times: dict[str, list[float]] = {name: [] for name, _, _ in RUNS}
+        info: dict[str, dict] = {}
+        for _ in range(args.repeat):
+            for name, mode, config in RUNS:
+                (r,) = load_in_subprocess(args.model, mode, configs.get(config, config))
+                times[name].append(r["load_s"])
+                info[name] = r
     total = info[RUNS[0][0]]["total_constant_nbytes"]
     floor = statistics.median(times[RUNS[0][0]])
     device = next((r["device"] for r in info.values() if "device" in r), "")

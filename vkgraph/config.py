@@ -135,7 +135,7 @@ class PrepackConfig:
     staging_ring_nbytes: int = _key(NBYTES, "prepack.staging_ring_nbytes")
     reduce_peak_memory: bool | str = _key(AUTO, "prepack.reduce_peak_memory")  # True, False or "auto"
     auto_reduce_above_nbytes: int = _key(NBYTES, "prepack.auto_reduce_above_nbytes")
-    host_packing: str = _key(CHOICE, "prepack.host_packing", ("never", "cpu-renderer"))
+    host_packing: str = _key(CHOICE, "prepack.host_packing", ("auto", "never", "cpu-renderer"))
     populate_destinations: bool | str = _key(AUTO, "prepack.populate_destinations")  # True, False or "auto"
 
 

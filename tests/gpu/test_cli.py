@@ -4,6 +4,7 @@ import os
 import pytest
 
 from vkgraph import cli
+from vkgraph.config import load_config
 from vkgraph.paths import CONFIG_DIR
 
 from .conftest import hit_path
@@ -16,7 +17,8 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["legacy", "staged", "reduce-peak"])
-def test_bench_load_json(device, cache_dir, capsys, mode):
+def test_bench_load_json(device, cache_dir, capsys, monkeypatch, mode):
+    monkeypatch.setenv("VKGRAPH_PREPACK_HOST_PACKING", "never")  # staging and packing shaders on every device
     assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", mode, "--json",
                      "--config", str(CONFIG_DIR / "low-memory.toml")]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -44,16 +46,18 @@ def test_bench_load_copy_floor_copies_the_constants_a_load_packs(device, cache_d
 
 
 @pytest.mark.parametrize("mode", ["legacy", "staged"])
-def test_bench_load_profile_times_every_packer(device, cache_dir, capsys, mode):
+def test_bench_load_profile_times_every_packer(device, cache_dir, capsys, monkeypatch, mode):
     """--profile: GPU time per packer from a timestamp after every prepack node with GPU work;
     every such node is counted once, under its packer (nodes the CPU writes straight into device
-    memory do none)."""
+    memory do none). The packing shaders on every device (prepack.host_packing from the
+    environment: SwiftShader's default has the CPU pack these weights)."""
+    monkeypatch.setenv("VKGRAPH_PREPACK_HOST_PACKING", "never")
     assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", mode, "--json", "--profile"]) == 0
     out = json.loads(capsys.readouterr().out)
     from vkgraph.graph import ComputeGraph
     from vkgraph.models.registry import open_model
 
-    with open_model("synthetic:4") as m, ComputeGraph(device=device) as g:
+    with open_model("synthetic:4") as m, ComputeGraph(load_config(), device=device) as g:
         m.build(g)
         want = {}
         for node in g.prepack_nodes:
@@ -95,7 +99,8 @@ def test_unknown_model_and_bad_config_are_clear(device, cache_dir, capsys, tmp_p
     assert f"{bad}: prepack.threshold_nbytes: must be >= 0, got -4" in capsys.readouterr().err
 
 
-def test_bench_cache_modes_and_cache_commands(device, cache_dir, capsys):
+def test_bench_cache_modes_and_cache_commands(device, cache_dir, capsys, monkeypatch):
+    monkeypatch.setenv("VKGRAPH_PREPACK_HOST_PACKING", "never")  # a cold load packs on the GPU everywhere
     assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", "warm-cache", "--json"]) == 1
     assert "run --mode cold-cache first" in capsys.readouterr().err
     assert cli.main(["bench", "load", "--model", "synthetic:4", "--mode", "cold-cache", "--json"]) == 0

@@ -31,7 +31,9 @@ def weights(seed, count=8):
 
 
 def load(device, compiler, path, model, legacy=False, **cfg):
-    g = ComputeGraph(GraphConfig().replace(cache__packed_weights_path=str(path), **cfg), device=device, compiler=compiler)
+    # packing shaders on every device (a miss packs on the GPU), unless cfg names prepack.host_packing
+    g = ComputeGraph(GraphConfig().replace(cache__packed_weights_path=str(path), **{"prepack__host_packing": "never", **cfg}),
+                     device=device, compiler=compiler)
     refs = []
     for name, w, packer in model:
         ref = g.add_tensorref(w, name, quant="q8_0" if packer == "q8_0" else "")

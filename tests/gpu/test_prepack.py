@@ -29,16 +29,20 @@ REFERENCE = {"identity": lambda w: w, "transposed": ref_transposed, "linear_4x4"
 
 
 def graph(device, compiler, **cfg):
-    return ComputeGraph(GraphConfig().replace(**cfg), device=device, compiler=compiler)
+    """A graph whose packers with a host form pack in their shaders on every device (the tests here
+    are of the packing shaders and the staged pipeline), unless ``cfg`` names prepack.host_packing."""
+    return ComputeGraph(GraphConfig().replace(**{"prepack__host_packing": "never", **cfg}), device=device,
+                        compiler=compiler)
 
 
-@pytest.mark.parametrize("host_packing", ["never", "cpu-renderer"])
+@pytest.mark.parametrize("host_packing", ["auto", "never", "cpu-renderer"])
 @pytest.mark.parametrize("packer", ["identity", "transposed", "linear_4x4"])
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (4, 4), (17, 33), (9, 36), (64, 130)])
 def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
-    """The packing shaders, and on CPU renderers with prepack.host_packing = "cpu-renderer" the
-    packers' host forms writing straight into device memory: the same bytes as numpy's.
-    linear_4x4 reads a source whose rows are whole texels (K a multiple of 4) as texels."""
+    """The packing shaders, and on CPU renderers with prepack.host_packing = "cpu-renderer" (with
+    "auto", the default, on SwiftShader: packers.HOST_PACKING_RENDERERS) the packers' host forms
+    writing straight into device memory: the same bytes as numpy's. linear_4x4 reads a source
+    whose rows are whole texels (K a multiple of 4) as texels."""
     rng = np.random.default_rng(sum(shape))
     w = rng.standard_normal(shape).astype(np.float32)
     with graph(device, compiler, prepack__host_packing=host_packing) as g:
@@ -46,7 +50,8 @@ def test_packers_match_numpy(device, compiler, packer, shape, host_packing):
         assert g.values[dst].buffer is None  # memory is bound lazily, at its packing dispatch
         report = g.run_prepack()
         got = g.read_tensor(dst)
-    on_host = device.host_visible_device_local and (packer == "identity" or (host_packing != "never" and device.is_cpu))
+    cpu_packs = {"auto": device.renderer == "swiftshader", "never": False, "cpu-renderer": True}[host_packing]
+    on_host = device.host_visible_device_local and (packer == "identity" or (cpu_packs and device.is_cpu))
     assert g.prepack_nodes[0].direct == on_host
     assert (report.direct_writes, report.packing_dispatches) == ((1, 0) if on_host else (0, int(packer != "identity")))
     if packer != "identity" and not on_host:

@@ -23,8 +23,9 @@ KiB = 1024
 # weights, a 1 MiB staging ring: staged mode needs the ring on top of the weights, reduce-peak one batch.
 LAYERS, N, K = 12, 64, 1000
 RING = 1024 * KiB
+# the weights packed by shaders from staging on every device (host_packing: the CPU would write them)
 SMALL = dict(prepack__threshold_nbytes=500 * KiB, prepack__initial_threshold_nbytes=500 * KiB,
-             prepack__staging_ring_nbytes=RING)
+             prepack__staging_ring_nbytes=RING, prepack__host_packing="never")
 
 
 def weights():
@@ -108,7 +109,7 @@ def test_auto_retries_in_reduce_peak_when_staged_does_not_fit(device, compiler, 
 
 def test_config_budget_on_an_own_device(tmp_path):
     """A graph that opens its own device gives it the budget from the config."""
-    cfg = GraphConfig().replace(device__max_memory_nbytes=192 * KiB)
+    cfg = GraphConfig().replace(device__max_memory_nbytes=192 * KiB, prepack__host_packing="never")
     with ComputeGraph(cfg) as g:
         assert g.device.max_memory_nbytes == 192 * KiB
         g.prepack_tensor(g.add_tensorref(np.random.default_rng(14).standard_normal((128, 256)).astype(np.float32), "big"), "linear_4x4")

@@ -18,7 +18,8 @@ from vkgraph.tools.simulate import load_profile, model_nodes, simulate
 def test_plan_and_peak_staging_match_the_device(device, compiler, tmp_path, mode, ring):
     spec = synthetic.SyntheticSpec.for_size(8)
     cfg = GraphConfig().replace(prepack__threshold_nbytes=256 << 10, prepack__initial_threshold_nbytes=64 << 10,
-                                prepack__staging_ring_nbytes=ring, prepack__reduce_peak_memory=(mode == "reduce-peak"))
+                                prepack__staging_ring_nbytes=ring, prepack__reduce_peak_memory=(mode == "reduce-peak"),
+                                prepack__host_packing="never")  # staging and packing shaders on every device
     with SafetensorsFile(synthetic.weights_path(spec, tmp_path)) as st, ComputeGraph(cfg, device=device, compiler=compiler) as g:
         synthetic.build(g, st, spec)
         report = g.prepack() if mode == "legacy" else g.run_prepack()
@@ -49,7 +50,8 @@ def test_staged_batches_one_after_another(device, compiler, tmp_path, monkeypatc
     monkeypatch.setattr(prepack.PrepackRun, "wait", lambda run, b: (waited.append(b), wait(run, b))[1])
     spec = synthetic.SyntheticSpec.for_size(8)
     cfg = GraphConfig().replace(prepack__threshold_nbytes=256 << 10, prepack__initial_threshold_nbytes=64 << 10,
-                                prepack__staging_ring_nbytes=1 << 20, prepack__reduce_peak_memory=False)
+                                prepack__staging_ring_nbytes=1 << 20, prepack__reduce_peak_memory=False,
+                                prepack__host_packing="never")
     reports = {}
     for alone in (True, False):
         prepack.Staged.wait_each = alone
@@ -78,11 +80,12 @@ def test_packing_dispatches_follow_the_devices_windows(device, compiler):
     profile = dataclasses.replace(load_profile("lavapipe"), renderer=device.renderer, cpu_renderer=device.is_cpu,
                                   host_visible_device_local=device.host_visible_device_local,
                                   max_texel_buffer_elements=device.limits["maxTexelBufferElements"])
-    with open_model("minilm") as m, ComputeGraph(GraphConfig(), device=device, compiler=compiler) as g:
+    cfg = GraphConfig().replace(prepack__host_packing="never")  # the packing shaders, in windows where needed
+    with open_model("minilm") as m, ComputeGraph(cfg, device=device, compiler=compiler) as g:
         m.build(g)
         report = g.run_prepack()
     nodes = model_nodes("minilm", profile)
-    assert simulate(nodes, GraphConfig(), dataclasses.replace(profile, staging_alignment=g.staging_alignment),
+    assert simulate(nodes, cfg, dataclasses.replace(profile, staging_alignment=g.staging_alignment),
                     "staged").packing_dispatches == report.packing_dispatches
     if device.limits["maxTexelBufferElements"] * 16 < max(n.src_nbytes for n in nodes):
         assert report.packing_dispatches > sum(n.shader for n in nodes)  # some weights took several windows
@@ -145,6 +148,8 @@ def test_validate_compares_settled_loads(device, tmp_path, monkeypatch):
     from vkgraph.tools.calibrate import VALIDATE_MODES, validate
 
     monkeypatch.setenv("VKGRAPH_CACHE_DIR", str(tmp_path / "cache"))
+    # the lavapipe profile's policy on any device: its packing shaders (packers.HOST_PACKING_RENDERERS)
+    monkeypatch.setenv("VKGRAPH_PREPACK_HOST_PACKING", "never")
     with pytest.raises(ValueError, match="--loads must be > 2"):
         validate("lavapipe", ("synthetic:4",), loads=2)
     rows = validate("lavapipe", ("synthetic:4",), loads=3)

@@ -16,7 +16,8 @@ def small_model(tmp_path_factory):
 def load(device, compiler, path, spec, mode, **cfg):
     cfg = GraphConfig().replace(prepack__threshold_nbytes=256 << 10, prepack__initial_threshold_nbytes=64 << 10,
                                 prepack__staging_ring_nbytes=1 << 20,
-                                prepack__reduce_peak_memory=(mode == "reduce-peak"), **cfg)
+                                prepack__reduce_peak_memory=(mode == "reduce-peak"),
+                                **{"prepack__host_packing": "never", **cfg})  # batches of packing shaders everywhere
     st = SafetensorsFile(path)
     g = ComputeGraph(cfg, device=device, compiler=compiler)
     synthetic.build(g, st, spec)

@@ -21,8 +21,8 @@ def widen(device) -> int:
     return max(1, device.limits["minStorageBufferOffsetAlignment"] // 16)
 
 
-def small_limit_graph(device, compiler):
-    g = ComputeGraph(device=device, compiler=compiler)
+def small_limit_graph(device, compiler, **cfg):
+    g = ComputeGraph(GraphConfig().replace(**cfg), device=device, compiler=compiler)
     g.max_binding_nbytes = 4096 * widen(device)
     return g
 
@@ -36,7 +36,7 @@ def test_fp32_linear_in_windows(device, compiler, monkeypatch, n, k, bias, cpu_k
     w = rng.standard_normal((n, k)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     x = rng.standard_normal((3, k)).astype(np.float32)
-    with small_limit_graph(device, compiler) as g:
+    with small_limit_graph(device, compiler, prepack__host_packing="never") as g:  # the packing shader's windows
         wd = g.prepack_tensor(g.add_tensorref(w, "w"), "linear_4x4")
         xin = g.add_input(x.shape, np.float32, "x")
         g.set_output(ops.linear(g, xin, wd, g.add_tensorref(b, "b") if bias else None), "y")

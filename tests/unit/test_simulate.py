@@ -218,7 +218,8 @@ def test_bad_contention_rate(tmp_path):
 def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
     """prepack.host_packing = "cpu-renderer" (graph.packers.packs_on_host): on a CPU renderer the
     CPU writes host-form weights straight into device memory: no staging, no dispatch, each
-    node's bytes at the profile's host-pack bandwidth; elsewhere nothing changes."""
+    node's bytes at the profile's host-pack bandwidth; elsewhere nothing changes. The default,
+    "auto", does so on SwiftShader (packers.HOST_PACKING_RENDERERS) and on no other device."""
     nodes = nodes_of([4096] * 5) + nodes_of([64], packer="conv2d_c4")  # conv2d_c4: no host form
     cfg = GraphConfig().replace(prepack__host_packing="cpu-renderer")
     # separate hardware: the writes after the submit overlap the conv2d packing (no contention to price)
@@ -229,8 +230,13 @@ def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
     assert host.cpu_encode_s == pytest.approx(5 * cpu.direct_node_s + cpu.encode_node_s + 5 * 4096 / 2e9
                                               + 64 / (cpu.staging_touch_gbps(True) * 1e9)
                                               + host.submits * cpu.submit_s, rel=1e-6)
-    for p, c in ((dataclasses.replace(cpu, cpu_renderer=False), cfg), (cpu, GraphConfig())):  # a GPU; the default
-        shaders = simulate(nodes, c, p, "staged")
+    ss = dataclasses.replace(cpu, renderer="swiftshader")
+    auto = simulate(nodes, GraphConfig(), ss, "staged")  # the default, "auto": HOST_PACKING_RENDERERS
+    assert (auto.packing_dispatches, auto.cpu_encode_s) == (host.packing_dispatches, pytest.approx(host.cpu_encode_s))
+    never = GraphConfig().replace(prepack__host_packing="never")
+    for p, c in ((dataclasses.replace(cpu, cpu_renderer=False), cfg), (dataclasses.replace(ss, cpu_renderer=False), cfg),
+                 (dataclasses.replace(cpu, renderer="lavapipe"), GraphConfig()), (ss, never)):
+        shaders = simulate(nodes, c, p, "staged")  # a GPU (twice), lavapipe by default, SwiftShader with "never"
         assert shaders.packing_dispatches == 6 and sum(b.staging_nbytes for b in shaders.batches) == 5 * 4096 + 64
 
 
@@ -252,6 +258,14 @@ def test_a_first_load_writing_more_than_the_huge_page_limit_touches_4k_pages():
     small, large = most // 2, 2 * most
     assert encode_s(small, True) == pytest.approx(encode_s(small, False))
     assert encode_s(large, True) - encode_s(large, False) == pytest.approx(large / 2e9 - large / 8e9)
+    # with the profile's host_pack_4k_gbps: a host form into 4 KiB pages at that rate in every
+    # load; a copy (identity) as before; weights on huge pages at the host-form rate
+    cpu = dataclasses.replace(cpu, host_pack_4k_gbps=4.0, host_pack_gbps={"linear_4x4": 8.0, "identity": 8.0})
+    for first_load in (True, False):
+        assert encode_s(large, first_load) - encode_s(small, first_load) == pytest.approx(large / 4e9 - small / 8e9)
+    identity = [simulate(nodes_of([large // 4] * 4, "identity"), cfg, cpu, "staged", first_load=True).cpu_encode_s,
+                simulate(nodes_of([large // 4] * 4, "identity"), cfg, cpu, "staged").cpu_encode_s]
+    assert identity[0] - identity[1] == pytest.approx(large / 2e9 - large / 8e9)
 
 
 def test_a_staging_ring_is_first_touched_as_huge_pages_on_cpu_renderers():

@@ -222,7 +222,7 @@ class ComputeGraph:
             self._check_texture(dst)
         dst_ref = self._add(dst, None)
         direct = packs_on_host(packer, self.device.host_visible_device_local, self.device.is_cpu,
-                               self.config.prepack.host_packing)
+                               self.device.renderer, self.config.prepack.host_packing)
         ref.readers += 1
         self.prepack_nodes.append(PrepackNode(src, dst_ref, packer, direct))
         self._packed[(src, packer.name)] = dst_ref

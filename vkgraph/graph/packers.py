@@ -375,12 +375,30 @@ def get_packer(packer: str | Packer) -> Packer:
         raise ValueError(f"unknown packer {packer!r}; known: {', '.join(PACKERS)}") from None
 
 
-def packs_on_host(packer: Packer, host_visible_device_local: bool, cpu_renderer: bool, host_packing: str) -> bool:
+#: renderers whose packing shaders give way to the CPU under ``prepack.host_packing = "auto"``
+#: (the default): SwiftShader, whose shaders store lane by lane (its SIMD pointers take a vector
+#: store only at offsets known when it compiles) and share the 2 cores with the load's own
+#: encoding. Intel Xeon host, 2026-11-30, staged first loads against the copy floor, fresh
+#: processes in turn (medians of 5): synthetic:512 0.732 s (0.52x) -> 0.438 (0.86x), synthetic:256
+#: 0.381 (0.49x) -> 0.236 (0.79x), MiniLM 0.091 (0.59x) -> 0.061 (0.88x); earlier runs of the
+#: packing shaders there gave synthetic:512 0.45x and 0.49x. lavapipe keeps its packing shaders
+#: (synthetic:512 0.60x, host-packed 1.01x in the same run), so one of the two renderers the
+#: tests run on packs on its "GPU" by default, as ET-VK does.
+HOST_PACKING_RENDERERS = frozenset({"swiftshader"})
+
+
+def packs_on_host(packer: Packer, host_visible_device_local: bool, cpu_renderer: bool, renderer: str,
+                  host_packing: str) -> bool:
     """The policy for who packs a weight: True when the CPU writes it straight into its device
     memory (no staging, no command): weights packed by a copy (identity, GGML blocks) wherever
-    device-local memory is host-visible; with ``prepack.host_packing = "cpu-renderer"``, every packer with a host form
-    on a CPU renderer too (linear_4x4 on lavapipe, 2 cores: 1.4-2.0 GB/s in the packing shader,
+    device-local memory is host-visible; every packer with a host form too on a CPU renderer
+    with ``prepack.host_packing = "cpu-renderer"``, and with "auto" on the renderers of
+    HOST_PACKING_RENDERERS (linear_4x4 on lavapipe, 2 cores: 1.4-2.0 GB/s in the packing shader,
     2.9-4.1 GB/s in numpy split over the cores). The simulator decides with the same function."""
     if not host_visible_device_local or not packer.host_form:
         return False
-    return packer.shader is None or (host_packing == "cpu-renderer" and cpu_renderer)
+    if packer.shader is None:
+        return True
+    if host_packing == "auto":
+        return cpu_renderer and renderer in HOST_PACKING_RENDERERS
+    return host_packing == "cpu-renderer" and cpu_renderer

@@ -28,6 +28,11 @@ from ..runtime import Buffer, Device, MemoryKind, allocate_block
 from .simulate import Profile, load_profile, model_nodes, simulate
 from .simulate_run import ExecuteRates, linear_terms, waves_factor
 
+#: what the rates of packing shaders are measured with, on every device: their weights' packers
+#: have host forms, which the CPU runs instead on SwiftShader by default
+#: (packers.HOST_PACKING_RENDERERS; host_pack_gbps measures those)
+SHADERS = {"prepack__host_packing": "never"}
+
 
 def _median(f, repeat: int = 3) -> float:
     return statistics.median(f() for _ in range(repeat))
@@ -155,10 +160,11 @@ def _time_copy(dst: np.ndarray, src: np.ndarray) -> float:
     return time.perf_counter() - t0
 
 
-def _host_pack_gbps(dev: Device, packer: str, arrays: list[np.ndarray], repeat: int) -> float:
+def _host_pack_gbps(dev: Device, packer: str, arrays: list[np.ndarray], repeat: int,
+                    huge_pages: bool = True) -> float:
     """The packer's host form (graph.packers) packing ``arrays`` as a host-packed load does:
-    straight into a fresh memory block of the device's, advised as huge pages (fresh host memory
-    where the device's is not host-visible). Weights of half a MiB, SmolLM2's: lavapipe, in one
+    straight into a fresh memory block of the device's, advised as huge pages unless not
+    ``huge_pages`` (fresh host memory where the device's is not host-visible). Weights of half a MiB, SmolLM2's: lavapipe, in one
     process, its 150 q4_1 weights split at 2.6-3.8 GB/s in loads (file reads included), while 4
     weights of 8 MiB into fresh numpy arrays split at 5.0-5.1 GB/s."""
     p = get_packer(packer)
@@ -168,7 +174,7 @@ def _host_pack_gbps(dev: Device, packer: str, arrays: list[np.ndarray], repeat: 
     def once() -> float:
         block = None
         if dev.host_visible_device_local:  # device memory, as a load's weights
-            block, buffers = allocate_block(dev, sizes, huge_pages=True)
+            block, buffers = allocate_block(dev, sizes, huge_pages=huge_pages)
             outs = [b.view() for b in buffers]
         else:
             outs = [np.empty(n, np.uint8) for n, _ in sizes]
@@ -202,6 +208,18 @@ def host_pack_gbps(packer: str, size_mb: int, repeat: int) -> float:
                   .reshape(-1, fmt.block_nbytes) for a in pieces]
     with Device() as dev:
         return _host_pack_gbps(dev, packer, pieces, repeat)
+
+
+def host_pack_4k_gbps(size_mb: int, repeat: int) -> float:
+    """The profile's ``host_pack_4k_gbps``: linear_4x4's host form packing :func:`_big_weights`
+    (fp32 weights of 8 MiB at 32 MiB) into a block of 4 KiB pages, as the loads whose CPU-written
+    weights exceed HUGE_PAGES_UP_TO_NBYTES write theirs (synthetic:256 and larger with the CPU
+    packing them). [cpu.host_pack_gbps] prices weights of half a MiB on huge pages (SmolLM2's,
+    MiniLM's); on SwiftShader (Intel Xeon host, 2026-11-30) those packed at 0.86-1.12 GB/s, the
+    8 MiB weights at 1.43-1.45 into 4 KiB pages and 1.65-2.29 into huge ones. Run in fresh
+    processes (:func:`_in_fresh_processes`)."""
+    with Device() as dev:
+        return _host_pack_gbps(dev, "linear_4x4", _big_weights(size_mb), repeat, huge_pages=False)
 
 
 def fresh_copy_gbps(into: str, size_mb: int) -> float:
@@ -497,7 +515,7 @@ def batch_costs(repeat: int, weights: int = 48) -> tuple[float, float]:
 
     def once(nodes: int) -> tuple[float, float, int]:  # on ``dev`` (below)
         cfg = GraphConfig().replace(prepack__reduce_peak_memory=True, prepack__threshold_nodes=nodes,
-                                    prepack__initial_threshold_nodes=nodes)
+                                    prepack__initial_threshold_nodes=nodes, **SHADERS)
         with ComputeGraph(cfg, device=dev) as g:
             for i, a in enumerate(arrays):
                 g.prepack_tensor(g.add_tensorref(a, f"w{i}"), "linear_4x4")
@@ -532,7 +550,7 @@ def node_costs(repeat: int, nbytes: int = 32 << 20,
     def once(size: int) -> tuple[float, float, int]:  # on ``dev``, from ``f`` (below)
         rows = size // 4096
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        with ComputeGraph(GraphConfig(), device=dev) as g:
+        with ComputeGraph(GraphConfig().replace(**SHADERS), device=dev) as g:
             for i in range(nbytes // size):
                 src = ArraySource(np.frombuffer(mm, np.float32, rows * 1024, i * size).reshape(rows, 1024),
                                   mapping=mm, offset=i * size)
@@ -555,7 +573,7 @@ def _encoded(dev: Device, packer: str, arrays: list[np.ndarray],
     packed bytes). ``populated``: the packed weights' memory gets its pages before (as a staged
     load's on a CPU renderer: scheduler.PrepackPlan.populates_destinations), not at the shader's
     first stores."""
-    g = ComputeGraph(GraphConfig(), device=dev)
+    g = ComputeGraph(GraphConfig().replace(**SHADERS), device=dev)
     try:
         refs = [g.prepack_tensor(g.add_tensorref(a, f"w{i}"), packer) for i, a in enumerate(arrays)]
         g.prepare()
@@ -588,7 +606,7 @@ def _settled_populate_share(size_mb: int, rounds: int = 3) -> float:
     shares = []
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "populate.toml"
-        config.write_text("[prepack]\npopulate_destinations = true\n")
+        config.write_text('[prepack]\npopulate_destinations = true\nhost_packing = "never"\n')  # SHADERS
         for _ in range(rounds):
             loads = load_in_subprocess(f"synthetic:{4 * size_mb}", "staged", str(config), SETTLING_LOADS + 2,
                                        check="last")
@@ -652,7 +670,7 @@ def contention_batches(alone: bool, model: str) -> tuple[float, float, float, fl
 
     prepack.Staged.wait_each = alone
     try:
-        with open_model(model) as m, ComputeGraph(config_for("staged", None)) as g:
+        with open_model(model) as m, ComputeGraph(config_for("staged", None).replace(**SHADERS)) as g:
             m.build(g)
             g.prepare()
             gc.collect()
@@ -740,6 +758,7 @@ def load_rates(device: Device, dispatch_s: float, *, size_mb: int = SIZE_MB, rep
     host = {name: _in_fresh_processes(f"host_pack_gbps({name!r}, {size_mb}, {repeat})")
             for name in ("linear_4x4", "transposed", *(f"{fmt}_planes" for fmt in FORMATS))}
     host["default"] = host["linear_4x4"]
+    host_4k = _in_fresh_processes(f"host_pack_4k_gbps({size_mb}, {repeat})") if device.is_cpu else None
     # staged loads on CPU renderers populate what the shaders write (scheduler.PrepackPlan.populates_destinations)
     populated = {"linear_4x4": _in_fresh_processes(f"pack_gbps('linear_4x4', {size_mb}, {repeat}, {dispatch_s!r}, "
                                                    "populated=True)")} if device.is_cpu else {}
@@ -751,7 +770,7 @@ def load_rates(device: Device, dispatch_s: float, *, size_mb: int = SIZE_MB, rep
     return {"copy_gbps": copy, "fresh_copy_gbps": _in_fresh_processes(f"fresh_copy_gbps('fresh', {size_mb})"),
             "direct_copy_gbps": _in_fresh_processes(f"fresh_copy_gbps('block', {size_mb})")
             if device.host_visible_device_local else None,
-            "pack_gbps": pack, "host_pack_gbps": host, "populated_pack_gbps": populated,
+            "pack_gbps": pack, "host_pack_gbps": host, "host_pack_4k_gbps": host_4k, "populated_pack_gbps": populated,
             "populate_gbps": _in_fresh_processes(f"populate_gbps({4 * size_mb})") if device.is_cpu else None,
             "populate_huge_gbps": _in_fresh_processes(f"populate_gbps({huge_mb}, huge_pages=True)")
             if device.is_cpu else None, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
@@ -855,6 +874,9 @@ def _direct_toml(p: Profile) -> str:
         out += f"\nsettled_direct_gbps = {p.settled_direct_gbps:.4g}   # their bytes in later loads"
     if p.fresh_direct_gbps is not None:
         out += f"\nfresh_direct_gbps = {p.fresh_direct_gbps:.4g}   # a first load's extra for them (0: free)"
+    if p.host_pack_4k_gbps is not None:
+        out += (f"\nhost_pack_4k_gbps = {p.host_pack_4k_gbps:.4g}   # host forms of 8 MiB fp32 weights into 4 KiB pages "
+                "(loads of more than 128 MiB of CPU-written weights)")
     if p.populate_gbps is not None:
         out += f"\npopulate_gbps = {p.populate_gbps:.4g}   # a packing shader's fresh memory made at once (staged first loads)"
     if p.populate_huge_gbps is not None:

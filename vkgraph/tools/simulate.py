@@ -123,6 +123,11 @@ class Profile:
     populate_gbps: float | None = None
     #: the same on huge pages (scheduler.PrepackPlan.populated_huge_pages); None: populate_gbps
     populate_huge_gbps: float | None = None
+    #: the host forms of packers with a shader (linear_4x4, transposed: fp32 weights of 8 MiB)
+    #: writing into 4 KiB pages, as every load (first or settled) of more than
+    #: HUGE_PAGES_UP_TO_NBYTES of CPU-written weights does (PrepackPlan.direct_huge_pages off); None:
+    #: [cpu.host_pack_gbps], no faster than fresh_copy_gbps in a first load
+    host_pack_4k_gbps: float | None = None
     #: what a settled load (the third of a process on) pays of a first load's populating, per
     #: byte: about 1 where device memory is mapped anew for every load (SwiftShader), less where a
     #: load gets pages the last one freed (lavapipe); None: nothing
@@ -248,6 +253,7 @@ def load_profile(path: str | Path) -> Profile:
             settled_direct_gbps=float(cpu["settled_direct_gbps"]) if "settled_direct_gbps" in cpu else None,
             populate_gbps=float(cpu["populate_gbps"]) if "populate_gbps" in cpu else None,
             populate_huge_gbps=float(cpu["populate_huge_gbps"]) if "populate_huge_gbps" in cpu else None,
+            host_pack_4k_gbps=float(cpu["host_pack_4k_gbps"]) if "host_pack_4k_gbps" in cpu else None,
             settled_populate_share=float(cpu["settled_populate_share"]) if "settled_populate_share" in cpu else None,
             populated_pack_gbps=populated,
             fresh_direct_gbps=float(cpu["fresh_direct_gbps"]) if "fresh_direct_gbps" in cpu else None,
@@ -261,6 +267,7 @@ def load_profile(path: str | Path) -> Profile:
                    *((("cpu.settled_direct_gbps", prof.settled_direct_gbps),) if prof.settled_direct_gbps is not None else ()),
                    *((("cpu.populate_gbps", prof.populate_gbps),) if prof.populate_gbps is not None else ()),
                    *((("cpu.populate_huge_gbps", prof.populate_huge_gbps),) if prof.populate_huge_gbps is not None else ()),
+                   *((("cpu.host_pack_4k_gbps", prof.host_pack_4k_gbps),) if prof.host_pack_4k_gbps is not None else ()),
                    *((f"gpu.pack_gbps.{k}", v) for k, v in pack.items()),
                    *((f"gpu.populated_pack_gbps.{k}", v) for k, v in populated.items()),
                    *((f"cpu.host_pack_gbps.{k}", v) for k, v in prof.host_pack_gbps.items())):
@@ -381,7 +388,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
     mode = mode or run_prepack_mode(cfg, total)
 
     direct = [packs_on_host(get_packer(n.packer), profile.host_visible_device_local, profile.cpu_renderer,
-                            cfg.prepack.host_packing) for n in nodes]
+                            profile.renderer, cfg.prepack.host_packing) for n in nodes]
     sizes = [0 if d else n.src_nbytes for n, d in zip(nodes, direct)]
     prepack = plan_prepack(mode, sizes, profile.staging_alignment, cfg,
                            sum(n.packed_nbytes for n, d in zip(nodes, direct) if d),
@@ -412,8 +419,11 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             fresh_s = n.packed_nbytes / (fresh_rate * GB) if first_load and fresh_rate > 0 else 0.0
             if direct[i]:  # a copy or a host form, into fresh pages; the CPU faults them in
                 rate = profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load)
-                if first_load and profile.cpu_renderer and not prepack.direct_huge_pages:  # 4 KiB pages' first touch
-                    rate = min(rate, profile.fresh_copy_gbps * GB)
+                if profile.cpu_renderer and not prepack.direct_huge_pages:  # into 4 KiB pages
+                    if profile.host_pack_4k_gbps and get_packer(n.packer).shader is not None:
+                        rate = profile.host_pack_4k_gbps * GB
+                    elif first_load:  # their first touch
+                        rate = min(rate, profile.fresh_copy_gbps * GB)
                 w = read_s + profile.direct_node_s + n.src_nbytes / rate + fresh_s
                 if prepack.writes_after_submit:
                     after += w
