@@ -164,9 +164,9 @@ def _host_pack_gbps(dev: Device, packer: str, arrays: list[np.ndarray], repeat: 
                     huge_pages: bool = True) -> float:
     """The packer's host form (graph.packers) packing ``arrays`` as a host-packed load does:
     straight into a fresh memory block of the device's, advised as huge pages unless not
-    ``huge_pages`` (fresh host memory where the device's is not host-visible). Weights of half a MiB, SmolLM2's: lavapipe, in one
-    process, its 150 q4_1 weights split at 2.6-3.8 GB/s in loads (file reads included), while 4
-    weights of 8 MiB into fresh numpy arrays split at 5.0-5.1 GB/s."""
+    ``huge_pages`` (fresh host memory where the device's is not host-visible). Weights of half a
+    MiB, SmolLM2's: lavapipe, in one process, its 150 q4_1 weights split at 2.6-3.8 GB/s in loads
+    (file reads included), while 4 weights of 8 MiB into fresh numpy arrays split at 5.0-5.1 GB/s."""
     p = get_packer(packer)
     refs = [TensorRef(f"w{i}", a.shape, a.dtype, ArraySource(a)) for i, a in enumerate(arrays)]
     sizes = [(p.packed_nbytes(r), r.name) for r in refs]
