@@ -215,6 +215,17 @@ def test_bad_contention_rate(tmp_path):
         load_profile(p)
 
 
+def test_a_host_forms_cost_a_weight_round_trips_and_is_checked(tmp_path):
+    from vkgraph.tools.calibrate import profile_toml
+
+    p = tmp_path / "p.toml"
+    p.write_text(profile_toml(dataclasses.replace(PROFILE, host_pack_node_s={"linear_4x4": 184e-6})))
+    assert load_profile(p).host_pack_node_s == {"linear_4x4": pytest.approx(184e-6)}
+    p.write_text(profile_toml(dataclasses.replace(PROFILE, host_pack_node_s={"linear_4x4": -1e-6})))
+    with pytest.raises(ConfigError, match="cpu.host_pack_node_us.linear_4x4: must be >= 0"):
+        load_profile(p)
+
+
 def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
     """prepack.host_packing = "cpu-renderer" (graph.packers.packs_on_host): on a CPU renderer the
     CPU writes host-form weights straight into device memory: no staging, no dispatch, each
@@ -230,6 +241,8 @@ def test_host_packing_moves_packing_to_the_cpu_on_cpu_renderers_only():
     assert host.cpu_encode_s == pytest.approx(5 * cpu.direct_node_s + cpu.encode_node_s + 5 * 4096 / 2e9
                                               + 64 / (cpu.staging_touch_gbps(True) * 1e9)
                                               + host.submits * cpu.submit_s, rel=1e-6)
+    per_weight = simulate(nodes, cfg, dataclasses.replace(cpu, host_pack_node_s={"linear_4x4": 1e-3}), "staged")
+    assert per_weight.cpu_encode_s == pytest.approx(host.cpu_encode_s + 5e-3)  # [cpu.host_pack_node_us], each weight
     ss = dataclasses.replace(cpu, renderer="swiftshader")
     auto = simulate(nodes, GraphConfig(), ss, "staged")  # the default, "auto": HOST_PACKING_RENDERERS
     assert (auto.packing_dispatches, auto.cpu_encode_s) == (host.packing_dispatches, pytest.approx(host.cpu_encode_s))

@@ -210,6 +210,26 @@ def host_pack_gbps(packer: str, size_mb: int, repeat: int) -> float:
         return _host_pack_gbps(dev, packer, pieces, repeat)
 
 
+def host_pack_node_costs(packer: str, size_mb: int, repeat: int) -> tuple[float, float]:
+    """(seconds a weight costs besides its bytes, GB/s of its bytes) of ``packer``'s host form on
+    the device of ``$VKGRAPH_DEVICE``, on huge pages: :func:`_big_weights` (weights of 8 MiB at 32
+    MiB) against the same bytes in pieces of a 16th (half a MiB), a weight's time taken as the one
+    plus its bytes over the other. SwiftShader on the Intel Xeon host (2026-11-30, one process): half a MiB
+    303-436 us, 2.25 MiB 835-1034, 8 MiB 2529-2929 (about 150 us and 3.3 GB/s), where one rate
+    of the half-MiB pieces priced MiniLM's host-packed first loads (weights of 0.56 and 2.25 MiB)
+    at +21%. Run in fresh processes (:func:`_in_fresh_processes`)."""
+    big = _big_weights(size_mb)
+    pieces = [piece for a in big for piece in np.array_split(a, 16)]
+    with Device() as dev:
+        small_gbps = _host_pack_gbps(dev, packer, pieces, repeat)
+        big_gbps = _host_pack_gbps(dev, packer, big, repeat)
+    small_s, big_s = 1 / (small_gbps * 1e9), 1 / (big_gbps * 1e9)  # seconds a byte
+    node_s = (small_s - big_s) / (1 / pieces[0].nbytes - 1 / big[0].nbytes)
+    if node_s <= 0 or node_s >= big_s * big[0].nbytes:  # within the noise: one rate
+        return 0.0, big_gbps
+    return node_s, 1 / (big_s - node_s / big[0].nbytes) / 1e9
+
+
 def host_pack_4k_gbps(size_mb: int, repeat: int) -> float:
     """The profile's ``host_pack_4k_gbps``: linear_4x4's host form packing :func:`_big_weights`
     (fp32 weights of 8 MiB at 32 MiB) into a block of 4 KiB pages, as the loads whose CPU-written
@@ -756,7 +776,11 @@ def load_rates(device: Device, dispatch_s: float, *, size_mb: int = SIZE_MB, rep
     # lavapipe (66 MB of q4_1 in planes) took 0.056-0.059 s, priced at 0.048 when this was the
     # later loads' copy rate times the split's speed against a copy (2.96 GB/s)
     host = {name: _in_fresh_processes(f"host_pack_gbps({name!r}, {size_mb}, {repeat})")
-            for name in ("linear_4x4", "transposed", *(f"{fmt}_planes" for fmt in FORMATS))}
+            for name in (f"{fmt}_planes" for fmt in FORMATS)}
+    # fp32 host forms: a cost a weight and a rate of its bytes (MiniLM's weights of 0.56-2.25 MiB)
+    host_node = {}
+    for name in ("linear_4x4", "transposed"):
+        host_node[name], host[name] = _in_fresh_processes(f"host_pack_node_costs({name!r}, {size_mb}, {repeat})")
     host["default"] = host["linear_4x4"]
     host_4k = _in_fresh_processes(f"host_pack_4k_gbps({size_mb}, {repeat})") if device.is_cpu else None
     # staged loads on CPU renderers populate what the shaders write (scheduler.PrepackPlan.populates_destinations)
@@ -770,7 +794,8 @@ def load_rates(device: Device, dispatch_s: float, *, size_mb: int = SIZE_MB, rep
     return {"copy_gbps": copy, "fresh_copy_gbps": _in_fresh_processes(f"fresh_copy_gbps('fresh', {size_mb})"),
             "direct_copy_gbps": _in_fresh_processes(f"fresh_copy_gbps('block', {size_mb})")
             if device.host_visible_device_local else None,
-            "pack_gbps": pack, "host_pack_gbps": host, "host_pack_4k_gbps": host_4k, "populated_pack_gbps": populated,
+            "pack_gbps": pack, "host_pack_gbps": host, "host_pack_node_s": host_node, "host_pack_4k_gbps": host_4k,
+            "populated_pack_gbps": populated,
             "populate_gbps": _in_fresh_processes(f"populate_gbps({4 * size_mb})") if device.is_cpu else None,
             "populate_huge_gbps": _in_fresh_processes(f"populate_gbps({huge_mb}, huge_pages=True)")
             if device.is_cpu else None, "cpu_rate": cpu_rate, "gpu_rate": gpu_rate}
@@ -815,6 +840,16 @@ def _host_cpu_toml(p: Profile) -> str:
     return f'\nhost_cpu = "{p.host_cpu}"  # the processor that ran the renderer' if p.host_cpu else ""
 
 
+def _host_node_toml(p: Profile) -> str:
+    if not p.host_pack_node_s:
+        return ""
+    rows = "\n".join(f"{k} = {v * 1e6:.4g}" for k, v in sorted(p.host_pack_node_s.items()))
+    return f"""
+[cpu.host_pack_node_us]  # a host form's cost a weight besides its bytes (its rate above: of its bytes alone)
+{rows}
+"""
+
+
 def profile_toml(p: Profile) -> str:
     pack = "\n".join(f"{k} = {v:.4g}" for k, v in sorted(p.pack_gbps.items()))
     host = "\n".join(f"{k} = {v:.4g}" for k, v in sorted(p.host_pack_gbps.items()))
@@ -839,7 +874,7 @@ submit_us = {p.submit_s * 1e6:.4g}   # each command buffer: its memory block, re
 
 [cpu.host_pack_gbps]  # the CPU packing into device memory: host forms (prepack.host_packing = "cpu-renderer"), GGML blocks in planes
 {host}
-
+{_host_node_toml(p)}
 [gpu]
 fence_latency_us = {p.fence_latency_s * 1e6:.4g}
 dispatch_us = {p.dispatch_s * 1e6:.4g}

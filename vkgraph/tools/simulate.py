@@ -98,6 +98,9 @@ class Profile:
     #: CPU packs weights whose packer has a host form (graph.packers.packs_on_host)
     cpu_renderer: bool = False
     host_pack_gbps: dict[str, float] = field(default_factory=dict)  # the CPU packing into fresh pages, per packer
+    #: a host form's CPU cost per weight besides its bytes, per packer (calibrate.host_pack_node_costs:
+    #: its host_pack_gbps is then the rate of the bytes alone); empty: none
+    host_pack_node_s: dict[str, float] = field(default_factory=dict)
     #: the GPU's first touch of device memory new to the process (a fresh process's first load),
     #: per packed byte, on top of packing into memory the process held; 0: free
     fresh_device_gbps: float = 0.0
@@ -243,6 +246,7 @@ def load_profile(path: str | Path) -> Profile:
             gpu_rate=float(d.get("contention", {}).get("gpu_rate", 1.0)),
             cpu_renderer=bool(dev.get("cpu_renderer", False)),
             host_pack_gbps={k: float(v) for k, v in cpu.get("host_pack_gbps", {}).items()},
+            host_pack_node_s={k: float(v) * 1e-6 for k, v in cpu.get("host_pack_node_us", {}).items()},
             fresh_device_gbps=float(gpu.get("fresh_device_gbps", 0.0)),
             renderer=str(dev.get("renderer", "")), simd_width=int(dev.get("simd_width", 0)),
             max_texel_buffer_elements=int(dev.get("max_texel_buffer_elements", 65536)),
@@ -273,6 +277,9 @@ def load_profile(path: str | Path) -> Profile:
                    *((f"cpu.host_pack_gbps.{k}", v) for k, v in prof.host_pack_gbps.items())):
         if v <= 0:
             raise ConfigError(str(p), key, f"must be > 0, got {v}")
+    for k, v in prof.host_pack_node_s.items():
+        if v < 0:
+            raise ConfigError(str(p), f"cpu.host_pack_node_us.{k}", f"must be >= 0, got {v * 1e6:g}")
     if prof.settled_populate_share is not None and prof.settled_populate_share < 0:
         raise ConfigError(str(p), "cpu.settled_populate_share", f"must be >= 0, got {prof.settled_populate_share}")
     if prof.fresh_device_gbps < 0:
@@ -424,7 +431,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
                         rate = profile.host_pack_4k_gbps * GB
                     elif first_load:  # their first touch
                         rate = min(rate, profile.fresh_copy_gbps * GB)
-                w = read_s + profile.direct_node_s + n.src_nbytes / rate + fresh_s
+                w = read_s + profile.direct_node_s + profile.host_pack_node_s.get(n.packer, 0.0) + n.src_nbytes / rate + fresh_s
                 if prepack.writes_after_submit:
                     after += w
                 else:
