@@ -214,10 +214,11 @@ def host_pack_node_costs(packer: str, size_mb: int, repeat: int) -> tuple[float,
     """(seconds a weight costs besides its bytes, GB/s of its bytes) of ``packer``'s host form on
     the device of ``$VKGRAPH_DEVICE``, on huge pages: :func:`_big_weights` (weights of 8 MiB at 32
     MiB) against the same bytes in pieces of a 16th (half a MiB), a weight's time taken as the one
-    plus its bytes over the other. SwiftShader on the Intel Xeon host (2026-11-30, one process): half a MiB
-    303-436 us, 2.25 MiB 835-1034, 8 MiB 2529-2929 (about 150 us and 3.3 GB/s), where one rate
-    of the half-MiB pieces priced MiniLM's host-packed first loads (weights of 0.56 and 2.25 MiB)
-    at +21%. Run in fresh processes (:func:`_in_fresh_processes`)."""
+    plus its bytes over the other. SwiftShader on the Intel Xeon host (2026-11-30, one process):
+    half a MiB 303-436 us, 2.25 MiB 835-1034, 8 MiB 2529-2929 (about 150 us and 3.3 GB/s), where
+    one rate of the half-MiB pieces priced MiniLM's host-packed first loads (weights of 0.56 and
+    2.25 MiB) at +21%; GGML blocks in planes (q4_1: 203 KiB 4.11 GB/s, 540 KiB 4.63) keep one
+    rate. Run in fresh processes (:func:`_in_fresh_processes`)."""
     big = _big_weights(size_mb)
     pieces = [piece for a in big for piece in np.array_split(a, 16)]
     with Device() as dev:
