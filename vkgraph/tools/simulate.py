@@ -171,7 +171,7 @@ class Profile:
         rates = self.populated_pack_gbps if populated and self.populated_pack_gbps else self.pack_gbps
         return rates.get(packer, rates["default"]) * GB
 
-    def host_pack_bandwidth(self, packer: str, nbytes: int, first_load: bool) -> float:
+    def host_pack_bandwidth(self, packer: str, nbytes: int, first_load: bool, huge_pages: bool = True) -> float:
         """The CPU writing a weight of ``nbytes`` straight into device memory: a copy for packers
         without a shader (identity, GGML blocks), the packer's host form for the rest (into fresh
         pages). A copy goes into a fresh memory block on a process's first load, and into what
@@ -181,7 +181,15 @@ class Profile:
         one: on SwiftShader a fresh block took copies faster (8.3 GB/s) than the blocks of later
         loads (4.2 GB/s), while SmolLM2's first loads there took as long as its later ones. A
         packer with a rate of its own in ``[cpu.host_pack_gbps]`` is priced at it, a copy or not
-        (``q4_1_planes``...: the CPU splits GGML blocks into planes)."""
+        (``q4_1_planes``...: the CPU splits GGML blocks into planes). Where a CPU renderer's plan
+        leaves them on 4 KiB pages (not ``huge_pages``: PrepackPlan.direct_huge_pages), a host form
+        of a packer with a shader at ``host_pack_4k_gbps`` where the profile has it, and anything
+        else in a first load no faster than ``fresh_copy_gbps`` (their first touch)."""
+        if self.cpu_renderer and not huge_pages:
+            if self.host_pack_4k_gbps and get_packer(packer).shader is not None:
+                return self.host_pack_4k_gbps * GB
+            if first_load:
+                return min(self.host_pack_bandwidth(packer, nbytes, first_load), self.fresh_copy_gbps * GB)
         if packer in self.host_pack_gbps:
             return self.host_pack_gbps[packer] * GB
         if get_packer(packer).shader is None:
@@ -425,12 +433,7 @@ def simulate(nodes: list[SimNode], cfg: GraphConfig, profile: Profile, mode: str
             fresh_rate = profile.fresh_direct_rate if direct[i] else profile.fresh_device_gbps
             fresh_s = n.packed_nbytes / (fresh_rate * GB) if first_load and fresh_rate > 0 else 0.0
             if direct[i]:  # a copy or a host form, into fresh pages; the CPU faults them in
-                rate = profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load)
-                if profile.cpu_renderer and not prepack.direct_huge_pages:  # into 4 KiB pages
-                    if profile.host_pack_4k_gbps and get_packer(n.packer).shader is not None:
-                        rate = profile.host_pack_4k_gbps * GB
-                    elif first_load:  # their first touch
-                        rate = min(rate, profile.fresh_copy_gbps * GB)
+                rate = profile.host_pack_bandwidth(n.packer, n.packed_nbytes, first_load, prepack.direct_huge_pages)
                 w = read_s + profile.direct_node_s + profile.host_pack_node_s.get(n.packer, 0.0) + n.src_nbytes / rate + fresh_s
                 if prepack.writes_after_submit:
                     after += w
